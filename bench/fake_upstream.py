@@ -1,0 +1,120 @@
+"""A fast OpenAI-compatible upstream: fixed answers, encoded once at start.
+
+Its cost per request is part of every measurement (it shares the cores with the proxy), so
+a request does only what is unavoidable: read the body and parse it to learn `stream`.
+
+    python -m bench.fake_upstream --port 9100 [--chunks 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+
+from bench._serve import serve
+
+_ID = "chatcmpl-bench"
+_CREATED = 1_700_000_000
+_MODEL = "bench-model"
+_WORDS = ("Hello", "!", " How", " can", " I", " help", " you", " today", "?")
+_USAGE = {"prompt_tokens": 9, "completion_tokens": 8, "total_tokens": 17}
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+
+
+@dataclass(frozen=True, slots=True)
+class Answers:
+    """Every response body the server can send, already encoded."""
+
+    completion: bytes
+    stream: tuple[bytes, ...]
+    stream_with_usage: tuple[bytes, ...]
+    models: bytes
+
+
+def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
+    return {
+        "id": _ID,
+        "object": "chat.completion.chunk",
+        "created": _CREATED,
+        "model": _MODEL,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _event(payload: object) -> bytes:
+    return b"data: " + orjson.dumps(payload) + b"\n\n"
+
+
+def build_answers(chunks: int) -> Answers:
+    words = [_WORDS[i % len(_WORDS)] for i in range(chunks)]
+    completion = {
+        "id": _ID,
+        "object": "chat.completion",
+        "created": _CREATED,
+        "model": _MODEL,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(words)},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": _USAGE,
+    }
+    # Role first and without "content", as OpenAI does; the load generator times the first
+    # frame that carries text, so the role chunk must not look like one.
+    events = [_event(_chunk({"role": "assistant"}))]
+    events += [_event(_chunk({"content": w})) for w in words]
+    events.append(_event(_chunk({}, finish="stop")))
+    usage = {**_chunk({}), "choices": [], "usage": _USAGE}
+    done = b"data: [DONE]\n\n"
+    models = {"object": "list", "data": [{"id": _MODEL, "object": "model", "owned_by": "bench"}]}
+    return Answers(
+        completion=orjson.dumps(completion),
+        stream=(*events, done),
+        stream_with_usage=(*events, _event(usage), done),
+        models=orjson.dumps(models),
+    )
+
+
+def create_app(answers: Answers) -> web.Application:
+    async def chat(request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        if not isinstance(body, dict) or body.get("stream") is not True:
+            return web.Response(body=answers.completion, content_type="application/json")
+        options = body.get("stream_options")
+        with_usage = isinstance(options, dict) and options.get("include_usage") is True
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        # One write per event, like a real upstream, so the proxy sees separate chunks.
+        for event in answers.stream_with_usage if with_usage else answers.stream:
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
+    async def models(_: web.Request) -> web.Response:
+        return web.Response(body=answers.models, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_get("/v1/models", models)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.fake_upstream", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9100)
+    parser.add_argument("--chunks", type=int, default=8, help="content chunks per stream")
+    args = parser.parse_args()
+    serve(create_app(build_answers(args.chunks)), args.host, args.port, "fake_upstream")
+
+
+if __name__ == "__main__":
+    main()

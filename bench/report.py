@@ -1,0 +1,221 @@
+"""The markdown report: machine, budget verdicts, generator check, the full table.
+
+The budget thresholds live here, in one place. DESIGN §9 gives reference points (a minimal
+passthrough adds ~0.4 ms at p50; LiteLLM adds ~12 ms and does ~1/80 of the passthrough's
+throughput) and the rule "OLP must stay close to the passthrough"; the numbers below are
+this benchmark's reading of "close".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from bench.loadgen import LoadResult
+
+# OLP's p50 latency minus the upstream's own, at 1 connection: the passthrough's ~0.4 ms
+# plus 0.6 ms for OLP's real work (auth, routing, JSON in and out).
+OVERHEAD_P50_MAX_MS = 1.0
+# OLP's throughput at 64 connections as a fraction of the passthrough's, on the same cores.
+THROUGHPUT_MIN_FRACTION = 0.5
+# A cell during which processes outside the run used more of the machine than this is noisy.
+NOISY_OTHER_LOAD = 0.10
+# Direct must beat every proxy by this factor at 64 connections, or the proxy numbers may
+# be capped by the generator (or the upstream) rather than by the proxy.
+GENERATOR_HEADROOM = 1.5
+
+TARGETS = ("direct", "passthrough", "olp")
+PROXY_OF = {"direct": None, "passthrough": "passthrough", "olp": "olp"}
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One load run: a target, a mode, a connection count."""
+
+    target: str
+    stream: bool
+    conns: int
+    load: LoadResult
+    cpu_us_per_req: dict[str, float]  # server name -> CPU µs per completed request
+    rss_mib: dict[str, float]  # server name -> resident memory after the run
+    other_load: float  # share of the machine's CPU used outside this run during the cell
+
+    @property
+    def errors(self) -> int:
+        return self.load.non_2xx + sum(self.load.errors.values())
+
+
+@dataclass(slots=True)
+class RunInfo:
+    date: str
+    command: str
+    cores: int
+    cpu_model: str
+    kernel: str
+    python: str
+    versions: dict[str, str]
+    warmup_s: float
+    duration_s: float
+    loadgen_procs: int
+    notes: list[str] = field(default_factory=list)
+
+
+def _mode(stream: bool) -> str:
+    return "streaming" if stream else "non-streaming"
+
+
+def _find(cells: list[Cell], target: str, stream: bool, conns: int) -> Cell | None:
+    for c in cells:
+        if (c.target, c.stream, c.conns) == (target, stream, conns):
+            return c
+    return None
+
+
+def _ms(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.3g}" if x < 100 else f"{x:.0f}"
+
+
+def _num(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:,.0f}"
+
+
+def budget_lines(cells: list[Cell]) -> list[str]:
+    rows = [
+        "| budget line | mode | measured | passthrough, for scale | budget | result |",
+        "|---|---|---|---|---|---|",
+    ]
+    for stream in (False, True):
+        direct, pt, olp = (_find(cells, t, stream, 1) for t in TARGETS)
+        measured, scale, verdict = "not measured", "—", "not measured"
+        if direct and pt:
+            scale = f"+{pt.load.p50_ms - direct.load.p50_ms:.3f} ms"
+        if direct and olp:
+            over = olp.load.p50_ms - direct.load.p50_ms
+            measured = f"+{over:.3f} ms ({_ms(olp.load.p50_ms)} vs {_ms(direct.load.p50_ms)})"
+            verdict = _verdict(over <= OVERHEAD_P50_MAX_MS, direct, olp)
+        rows.append(
+            f"| OLP p50 latency overhead vs direct, 1 connection | {_mode(stream)} | {measured} "
+            f"| {scale} | ≤ {OVERHEAD_P50_MAX_MS} ms | {verdict} |"
+        )
+    for stream in (False, True):
+        pt, olp = _find(cells, "passthrough", stream, 64), _find(cells, "olp", stream, 64)
+        measured, scale, verdict = "not measured", "—", "not measured"
+        if pt:
+            scale = f"{_num(pt.load.rps)} req/s"
+        if pt and olp:
+            frac = olp.load.rps / pt.load.rps if pt.load.rps else math.nan
+            measured = f"{frac:.2f} ({_num(olp.load.rps)} req/s)"
+            verdict = _verdict(frac >= THROUGHPUT_MIN_FRACTION, pt, olp)
+        rows.append(
+            f"| OLP throughput / passthrough, 64 connections | {_mode(stream)} | {measured} "
+            f"| {scale} | ≥ {THROUGHPUT_MIN_FRACTION} | {verdict} |"
+        )
+    return rows
+
+
+def _verdict(ok: bool, *cells: Cell) -> str:
+    if any(c.errors for c in cells):
+        return "INVALID (errors)"
+    return "**PASS**" if ok else "**FAIL**"
+
+
+def generator_check(cells: list[Cell]) -> list[str]:
+    lines = []
+    for stream in (False, True):
+        direct = _find(cells, "direct", stream, 64)
+        proxies = [c for t in ("passthrough", "olp") if (c := _find(cells, t, stream, 64))]
+        if direct is None or not proxies:
+            continue
+        best = max(proxies, key=lambda c: c.load.rps)
+        ratio = direct.load.rps / best.load.rps if best.load.rps else math.inf
+        ok = ratio >= GENERATOR_HEADROOM
+        lg_us = direct.load.loadgen_cpu_us_per_req
+        lines.append(
+            f"- {_mode(stream)}, 64 connections: the generator drove the upstream directly at "
+            f"{_num(direct.load.rps)} req/s, {ratio:.1f}× the fastest proxy "
+            f"({best.target}, {_num(best.load.rps)} req/s) — "
+            f"{'**PASS**' if ok else '**FAIL**'} (needs ≥ {GENERATOR_HEADROOM}×). "
+            f"It spent {lg_us:.0f} µs of CPU per request there, "
+            f"{direct.load.rps * lg_us / 1e4:.0f}% of one core."
+        )
+    return lines
+
+
+def results_table(cells: list[Cell]) -> list[str]:
+    rows = [
+        "| target | mode | conns | req/s | p50 ms | p99 ms | p50 TTFB ms | errors "
+        "| proxy CPU µs/req | upstream CPU µs/req | loadgen CPU µs/req "
+        "| proxy RSS MiB | upstream RSS MiB | other load |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for c in cells:
+        proxy = PROXY_OF[c.target]
+        lo = c.load
+        flag = " (capped)" if lo.capped else ""
+        rows.append(
+            f"| {c.target} | {_mode(c.stream)} | {c.conns} | {_num(lo.rps)}{flag} "
+            f"| {_ms(lo.p50_ms)} | {_ms(lo.p99_ms)} | {_ms(lo.ttfb_p50_ms)} | {c.errors} "
+            f"| {_num(c.cpu_us_per_req[proxy]) if proxy else '—'} "
+            f"| {_num(c.cpu_us_per_req['upstream'])} | {_num(lo.loadgen_cpu_us_per_req)} "
+            f"| {f'{c.rss_mib[proxy]:.1f}' if proxy else '—'} | {c.rss_mib['upstream']:.1f} "
+            f"| {c.other_load:.0%}{' ⚠' if c.other_load > NOISY_OTHER_LOAD else ''} |"
+        )
+    return rows
+
+
+def render(info: RunInfo, cells: list[Cell]) -> str:
+    versions = ", ".join(f"{k} {v}" for k, v in info.versions.items())
+    errors = [
+        f"- {c.target} {_mode(c.stream)} {c.conns} conns: {c.load.non_2xx} non-2xx, "
+        f"{c.load.errors or 'no transport errors'}"
+        for c in cells
+        if c.errors
+    ]
+    out = [
+        "# OLP performance",
+        "",
+        f"Generated by `{info.command}` on {info.date}; do not edit by hand "
+        "(see [bench/README.md](../bench/README.md)).",
+        "",
+        f"- Machine: {info.cores} cores ({info.cpu_model}), Linux {info.kernel}, "
+        f"Python {info.python}; {versions}.",
+        f"- Each cell: {info.warmup_s:g} s warm-up, then {info.duration_s:g} s measured; "
+        f"closed loop, keep-alive connections, {info.loadgen_procs} generator process(es).",
+        "- Everything (generator, upstream, proxy) shares the same cores: read throughput as "
+        "relative, side by side, not as what a dedicated host would do.",
+        "",
+        "## Budget (DESIGN §9)",
+        "",
+        "DESIGN §9 reference points: a minimal passthrough does ~6,500 req/s non-streaming and "
+        "~6,000 streams/s at 64 connections on 2 cores, adding ~0.4 ms at p50; LiteLLM 1.110 "
+        "does ~80 req/s and ~30 streams/s, adding ~12 ms. OLP must stay close to the "
+        "passthrough.",
+        "",
+        *budget_lines(cells),
+        "",
+        "## Generator check",
+        "",
+        *(generator_check(cells) or ["- not run (needs direct and a proxy at 64 connections)"]),
+        "",
+        "## Results",
+        "",
+        *results_table(cells),
+        "",
+        "- **req/s**: responses completed in the measured window / its length.",
+        "- **p50/p99 ms**: request written → last byte of the response read.",
+        "- **p50 TTFB ms**: request written → first byte (non-streaming), or → first SSE frame "
+        "carrying text (streaming).",
+        "- **errors**: non-2xx responses plus transport or framing errors, warm-up included; "
+        "any non-zero value makes that row invalid.",
+        "- **CPU µs/req**: CPU time the process used during the cell (warm-up included) / "
+        "requests it completed — the cost that does not depend on how cores are shared.",
+        "- **RSS**: resident memory after the cell.",
+        "- **other load**: share of the machine's CPU used by processes outside this run "
+        f"(other tenants, VM steal) during the cell; ⚠ above {NOISY_OTHER_LOAD:.0%}, "
+        "where that row's throughput and tail latency are unreliable.",
+    ]
+    if errors:
+        out += ["", "## Errors", "", *errors]
+    if info.notes:
+        out += ["", "## Notes", "", *(f"- {n}" for n in info.notes)]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,27 @@
+"""An authenticated caller and what it may use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["ANONYMOUS", "Identity", "Tier"]
+
+Tier = Literal["owner", "member", "anonymous"]
+
+
+@dataclass(frozen=True, slots=True)
+class Identity:
+    key_id: str  # stable id: the cache namespace and the ledger's key column
+    name: str
+    tier: Tier
+    # None: everything; else glob patterns (members' allow-lists, from the key store).
+    allowed_models: tuple[str, ...] | None = None
+    allowed_providers: tuple[str, ...] | None = None
+
+    @property
+    def is_owner(self) -> bool:
+        return self.tier == "owner"
+
+
+ANONYMOUS = Identity(key_id="anonymous", name="anonymous", tier="anonymous")

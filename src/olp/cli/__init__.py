@@ -1,0 +1,36 @@
+"""The `olp` command."""
+
+from __future__ import annotations
+
+import click
+
+from olp import __version__
+from olp.cli.start import start
+
+__all__ = ["cli", "main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", "-V", prog_name="olp", message="%(prog)s %(version)s")
+def cli() -> None:
+    """OLP — Open LLM Proxy.
+
+    One OpenAI-compatible endpoint in front of every subscription and API key you have,
+    with fallback chains, per-key limits and a cache.
+
+    \b
+    Quick start:
+      olp start                 serve on http://127.0.0.1:3456/v1
+      olp config check          validate $OLP_HOME/config.json and show each chain
+      olp doctor                check every provider's setup
+
+    Configuration lives in $OLP_HOME/config.json (default ~/.olp/config.json);
+    see docs/configuration.md.
+    """
+
+
+cli.add_command(start)
+
+
+def main() -> None:
+    cli(prog_name="olp")

@@ -1,0 +1,88 @@
+"""`olp start`: serve the proxy."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import click
+
+from olp import __version__
+from olp.accounts import OwnerKeyFile
+from olp.cli.common import fail, load_or_exit
+from olp.config import Config
+from olp.errors import ConfigError
+from olp.observability import configure_logging
+
+__all__ = ["start"]
+
+_UVICORN_LEVELS = {"error": "error", "warn": "warning", "info": "info", "debug": "debug"}
+
+
+@click.command()
+@click.option("--host", help="Address to listen on (default 127.0.0.1, env OLP_HOST).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default 3456, env OLP_PORT).")
+def start(host: str | None, port: int | None) -> None:
+    """Start the proxy on http://HOST:PORT/v1.
+
+    Reads $OLP_HOME/config.json (or detects providers when there is none). On the first
+    start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
+    Ctrl-C stops accepting requests and lets streams in flight finish, up to
+    server.shutdown_grace_s seconds.
+    """
+    config = load_or_exit()
+    server = config.server
+    config = replace(config, server=replace(server, host=host or server.host,
+                                            port=port or server.port))
+    _announce(config)
+    _ensure_owner_key(config)
+    _serve(config)
+
+
+def _announce(config: Config) -> None:
+    for note in config.notes:
+        click.echo(f"olp: {note}", err=True)
+    providers = ", ".join(sorted(config.enabled_providers())) or "none"
+    click.echo(f"olp {__version__}: providers: {providers}", err=True)
+
+
+def _ensure_owner_key(config: Config) -> None:
+    keyfile = OwnerKeyFile(config.home)
+    if config.owner_token or keyfile.load_hash():
+        return
+    key = keyfile.create()
+    click.echo(
+        "\nYour owner key (shown once; only its hash is kept in "
+        f"{keyfile.path}):\n\n    {key}\n\n"
+        "Use it as an OpenAI API key:\n"
+        f"    export OPENAI_BASE_URL=http://{config.server.host}:{config.server.port}/v1\n"
+        f"    export OPENAI_API_KEY={key}\n"
+        "Lost it? Delete that file and restart, or set OLP_OWNER_TOKEN.\n",
+        err=True,
+    )
+
+
+def _serve(config: Config) -> None:
+    import uvicorn
+
+    from olp.server import create_app
+
+    listener = configure_logging(config.log_level)
+    try:
+        try:
+            app = create_app(config)
+        except ConfigError as exc:
+            fail(str(exc), hint="fix the file, then run `olp config check`")
+        click.echo(
+            f"olp: listening on http://{config.server.host}:{config.server.port}/v1", err=True
+        )
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app, host=config.server.host, port=config.server.port, loop="uvloop",
+                http="httptools", lifespan="on", access_log=False, server_header=False,
+                log_level=_UVICORN_LEVELS[config.log_level],
+                timeout_graceful_shutdown=int(config.server.shutdown_grace_s),
+            )
+        )
+        server.run()
+    finally:
+        listener.stop()

@@ -1,0 +1,36 @@
+"""Configuration: `$OLP_HOME/config.json` + environment → frozen, validated `Config`.
+
+The only package that reads the environment.
+"""
+
+from __future__ import annotations
+
+from olp.config.load import SOFT_TRIGGER_KEYS, load_config, olp_home
+from olp.config.model import (
+    AuthConfig,
+    CacheConfig,
+    Config,
+    HopConfig,
+    LogLevel,
+    ProviderConfig,
+    RoutingConfig,
+    ServerConfig,
+    Timeouts,
+)
+from olp.config.validate import ConfigProblems
+
+__all__ = [
+    "SOFT_TRIGGER_KEYS",
+    "AuthConfig",
+    "CacheConfig",
+    "Config",
+    "ConfigProblems",
+    "HopConfig",
+    "LogLevel",
+    "ProviderConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "Timeouts",
+    "load_config",
+    "olp_home",
+]

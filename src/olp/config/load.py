@@ -1,0 +1,258 @@
+"""`$OLP_HOME/config.json` + environment → a frozen, validated `Config`.
+
+This package is the only place OLP reads the environment: secrets are resolved here
+from the variables the config names (`api_key_env`) and handed on inside the Config.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+
+from olp.config.detect import detect_providers
+from olp.config.model import (
+    AuthConfig,
+    CacheConfig,
+    Config,
+    DetailPolicy,
+    HopConfig,
+    LogLevel,
+    ProviderConfig,
+    RoutingConfig,
+    ServerConfig,
+    Timeouts,
+)
+from olp.config.validate import Reader, collecting
+from olp.errors import ConfigError
+
+__all__ = ["SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
+
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+SOFT_TRIGGER_KEYS = (
+    "daily_request_count_threshold",
+    "five_hour_window_percent_threshold",
+    "credit_pool_percent_threshold",
+    "five_hour_capacity",
+)
+_SECRET_HINT = {
+    "api_key": "secrets never live in config.json: set api_key_env to the name of an "
+    "environment variable holding the key",
+}
+
+
+def olp_home(env: Mapping[str, str]) -> Path:
+    return Path(env.get("OLP_HOME") or Path.home() / ".olp").expanduser()
+
+
+def load_config(
+    env: Mapping[str, str] | None = None, *, detect_local_servers: bool = True
+) -> Config:
+    """Read and validate the configuration; raise ConfigError naming every problem."""
+    env = os.environ if env is None else env
+    home = olp_home(env)
+    path = home / "config.json"
+    if path.exists():
+        config = _from_file(path, home, env)
+    else:
+        providers, notes = detect_providers(env, probe_local=detect_local_servers)
+        config = Config(
+            home=home, providers=providers, source="detected", notes=tuple(notes)
+        )
+    return _apply_env(config, env)
+
+
+def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
+    try:
+        data = orjson.loads(path.read_bytes())
+    except OSError as exc:
+        raise ConfigError(str(path), f"cannot read: {exc.strerror}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise ConfigError(str(path), f"invalid JSON: {exc}") from exc
+    with collecting(str(path)) as problems:
+        root = Reader(data, "", problems)
+        root.raw("$schema")  # editors' schema hint; allowed and ignored
+        server = _server(root.child("server"))
+        auth = _auth(root.child("auth"))
+        providers = _providers(root, env)
+        routing = _routing(root.child("routing"), providers)
+        cache = _cache(root.child("cache"))
+        root.done()
+    return Config(
+        home=home, server=server, auth=auth, providers=providers, routing=routing,
+        cache=cache, source="file",
+    )
+
+
+def _server(r: Reader) -> ServerConfig:
+    d = ServerConfig()
+    server = ServerConfig(
+        host=r.string("host", d.host),
+        port=r.integer("port", d.port, lo=1, hi=65535),
+        max_body_bytes=r.integer("max_body_bytes", d.max_body_bytes, lo=1024),
+        heartbeat_interval_ms=r.integer("heartbeat_interval_ms", d.heartbeat_interval_ms, lo=100),
+        body_timeout_s=r.number("body_timeout_s", d.body_timeout_s, lo=0.1),
+        shutdown_grace_s=r.number("shutdown_grace_s", d.shutdown_grace_s, lo=0),
+    )
+    r.done()
+    return server
+
+
+def _auth(r: Reader) -> AuthConfig:
+    d = AuthConfig()
+    policy: Any = r.string(
+        "fallback_detail_header_policy", d.fallback_detail_header_policy,
+        choices=get_args(DetailPolicy),
+    )
+    auth = AuthConfig(
+        allow_anonymous=r.boolean("allow_anonymous", d.allow_anonymous),
+        owner_endpoints_loopback_only=r.boolean(
+            "owner_endpoints_loopback_only", d.owner_endpoints_loopback_only
+        ),
+        fallback_detail_header_policy=policy,
+    )
+    r.done()
+    return auth
+
+
+def _providers(root: Reader, env: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    providers: dict[str, ProviderConfig] = {}
+    for name, r in root.items("providers"):
+        if not _PROVIDER_NAME.match(name):
+            r.fail(r.path, "provider names use letters, digits, '_', '.', '-' (no '/')")
+            continue
+        providers[name] = _provider(name, r, env)
+    return providers
+
+
+def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
+    ptype = r.string("type", "")
+    if not ptype:
+        r.fail(r.sub("type"), "required (e.g. \"openai-http\", \"anthropic-http\", \"claude-cli\")")
+    api_key_env = r.env_name("api_key_env")
+    max_concurrent = r.integer("max_concurrent", 0, lo=1, hi=10_000) if r.has("max_concurrent") else 0
+    provider = ProviderConfig(
+        name=name,
+        type=ptype,
+        enabled=r.boolean("enabled", True),
+        models=r.str_list("models"),
+        max_concurrent=max_concurrent or None,
+        timeouts=_timeouts(r.child("timeouts")),
+        cacheable=r.boolean("cacheable", True),
+        base_url=r.url("base_url"),
+        api_key_env=api_key_env,
+        api_key=env.get(api_key_env) if api_key_env else None,
+        headers=r.str_map("headers"),
+        command=r.string("command", None),
+        env=_child_env(r, env),
+        consent=r.boolean("consent", False),
+    )
+    r.done(_SECRET_HINT)
+    return provider
+
+
+def _child_env(r: Reader, env: Mapping[str, str]) -> dict[str, str]:
+    """Extra variables for a CLI child; `${VAR}` takes a value from OLP's environment."""
+    resolved: dict[str, str] = {}
+    for key, value in r.str_map("env").items():
+        missing = [m for m in _VAR_REF.findall(value) if m not in env]
+        if missing:
+            r.fail(f"{r.sub('env')}.{key}", f"refers to unset variable(s): {', '.join(missing)}")
+            continue
+        resolved[key] = _VAR_REF.sub(lambda m: env[m.group(1)], value)
+    return resolved
+
+
+def _timeouts(r: Reader) -> Timeouts:
+    d = Timeouts()
+    timeouts = Timeouts(
+        connect_ms=r.integer("connect_ms", d.connect_ms, lo=1),
+        first_byte_ms=r.integer("first_byte_ms", d.first_byte_ms, lo=1),
+        idle_ms=r.integer("idle_ms", d.idle_ms, lo=1),
+        total_ms=r.integer("total_ms", d.total_ms, lo=1),
+    )
+    r.done()
+    return timeouts
+
+
+def _routing(r: Reader, providers: Mapping[str, ProviderConfig]) -> RoutingConfig:
+    d = RoutingConfig()
+    chains: dict[str, tuple[HopConfig, ...]] = {}
+    for model, hops in r.child("chains").entries():
+        chains[model] = _chain(r, f"{r.sub('chains')}.{model}", hops, providers)
+    soft: dict[str, dict[str, float]] = {}
+    for name, t in r.items("soft_triggers"):
+        if name not in providers:
+            t.fail(t.path, f"unknown provider {name!r} ({_known(providers)})")
+        soft[name] = {
+            key: t.number(key, 0, lo=0, hi=100 if key.endswith("percent_threshold") else None)
+            for key in SOFT_TRIGGER_KEYS
+            if t.has(key)
+        }
+        t.done()
+    routing = RoutingConfig(
+        chains=chains,
+        soft_triggers=soft,
+        default_retry_after_s=r.integer("default_retry_after_s", d.default_retry_after_s, lo=1),
+        max_cooldown_s=r.integer("max_cooldown_s", d.max_cooldown_s, lo=1),
+    )
+    r.done()
+    return routing
+
+
+def _chain(
+    r: Reader, path: str, hops: object, providers: Mapping[str, ProviderConfig]
+) -> tuple[HopConfig, ...]:
+    if not isinstance(hops, list) or not hops:
+        r.fail(path, "must be a non-empty array of {\"provider\", \"model\"} hops")
+        return ()
+    chain: list[HopConfig] = []
+    model = path.rsplit(".", 1)[-1]
+    for i, raw in enumerate(hops):
+        hop = Reader(raw, f"{path}[{i}]", r.problems)
+        provider = hop.string("provider", "")
+        if not provider:
+            hop.fail(hop.sub("provider"), "required")
+        elif provider not in providers:
+            hop.fail(hop.sub("provider"), f"unknown provider {provider!r} ({_known(providers)})")
+        chain.append(HopConfig(provider=provider, model=hop.string("model", model)))
+        hop.done()
+    return tuple(chain)
+
+
+def _cache(r: Reader) -> CacheConfig:
+    d = CacheConfig()
+    cache = CacheConfig(
+        enabled=r.boolean("enabled", d.enabled),
+        ttl_s=r.integer("ttl_s", d.ttl_s, lo=0),
+        max_entries_per_key=r.integer("max_entries_per_key", d.max_entries_per_key, lo=1),
+        max_entry_bytes=r.integer("max_entry_bytes", d.max_entry_bytes, lo=1),
+    )
+    r.done()
+    return cache
+
+
+def _apply_env(config: Config, env: Mapping[str, str]) -> Config:
+    server = config.server
+    if env.get("OLP_HOST"):
+        server = replace(server, host=env["OLP_HOST"])
+    if env.get("OLP_PORT"):
+        port = env["OLP_PORT"]
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise ConfigError("OLP_PORT", f"must be a port number 1-65535, got {port!r}")
+        server = replace(server, port=int(port))
+    level = env.get("OLP_LOG_LEVEL") or config.log_level
+    if level not in get_args(LogLevel):
+        raise ConfigError("OLP_LOG_LEVEL", f"must be one of error, warn, info, debug; got {level!r}")
+    token = env.get("OLP_OWNER_TOKEN") or None
+    return replace(config, server=server, log_level=level, owner_token=token)  # type: ignore[arg-type]
+
+
+def _known(providers: Mapping[str, ProviderConfig]) -> str:
+    return "configured: " + ", ".join(sorted(providers)) if providers else "none configured"

@@ -1,0 +1,126 @@
+"""The validated, frozen configuration every other part is built from."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+__all__ = [
+    "AuthConfig",
+    "CacheConfig",
+    "Config",
+    "HopConfig",
+    "LogLevel",
+    "ProviderConfig",
+    "RoutingConfig",
+    "ServerConfig",
+    "Timeouts",
+]
+
+LogLevel = Literal["error", "warn", "info", "debug"]
+DetailPolicy = Literal["owner_only", "all", "none"]
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """Per-hop deadlines, in milliseconds.
+
+    connect: TCP/TLS set-up; first_byte: request sent → first body byte (or first CLI
+    output); idle: longest silence between two pieces once the body flows; total: the hop.
+    """
+
+    connect_ms: int = 10_000
+    first_byte_ms: int = 60_000
+    idle_ms: int = 60_000
+    total_ms: int = 600_000
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    name: str
+    type: str
+    enabled: bool = True
+    models: tuple[str, ...] = ()
+    max_concurrent: int | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    cacheable: bool = True
+    # HTTP providers.
+    base_url: str | None = None
+    api_key_env: str | None = None
+    # Resolved from `api_key_env` by the loader; never written back, never logged.
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    # CLI providers.
+    command: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Tier-B providers need the owner's recorded consent (see docs/providers.md).
+    consent: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class HopConfig:
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    host: str = "127.0.0.1"
+    port: int = 3456
+    max_body_bytes: int = 5 * 1024 * 1024
+    heartbeat_interval_ms: int = 15_000
+    # A client must finish sending its request body within this time.
+    body_timeout_s: float = 30.0
+    # How long in-flight streams may run on after SIGTERM/SIGINT.
+    shutdown_grace_s: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    allow_anonymous: bool = False
+    owner_endpoints_loopback_only: bool = True
+    fallback_detail_header_policy: DetailPolicy = "owner_only"
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingConfig:
+    chains: Mapping[str, tuple[HopConfig, ...]] = field(default_factory=dict)
+    soft_triggers: Mapping[str, Mapping[str, float]] = field(default_factory=dict)
+    # Retry-After on exhaustion when no hop said when it would be back.
+    default_retry_after_s: int = 30
+    # Upper bound on any cooldown taken from an upstream hint (a bogus 18-day
+    # Retry-After must not strand a healthy provider).
+    max_cooldown_s: int = 6 * 3600
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    enabled: bool = True
+    ttl_s: int = 86_400
+    max_entries_per_key: int = 1000
+    max_entry_bytes: int = 10 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    home: Path
+    server: ServerConfig = field(default_factory=ServerConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    log_level: LogLevel = "info"
+    owner_token: str | None = field(default=None, repr=False)
+    # Where the providers came from: the config file, or detection on this machine.
+    source: Literal["file", "detected"] = "file"
+    # Human-readable notes from loading (what was detected, what to do next).
+    notes: tuple[str, ...] = ()
+
+    @property
+    def config_path(self) -> Path:
+        return self.home / "config.json"
+
+    def enabled_providers(self) -> dict[str, ProviderConfig]:
+        return {name: p for name, p in self.providers.items() if p.enabled}

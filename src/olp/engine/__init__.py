@@ -1,0 +1,20 @@
+"""Routing, the trigger table and the fallback engine."""
+
+from __future__ import annotations
+
+from olp.engine.classify import Decision, decide
+from olp.engine.fallback import Attempt, AttemptListener, FallbackEngine, HopGate, Served
+from olp.engine.routing import Chain, Hop, Router
+
+__all__ = [
+    "Attempt",
+    "AttemptListener",
+    "Chain",
+    "Decision",
+    "FallbackEngine",
+    "Hop",
+    "HopGate",
+    "Router",
+    "Served",
+    "decide",
+]

@@ -1,0 +1,273 @@
+"""Run a chain with the first-chunk rule (DESIGN §5).
+
+`FallbackEngine.open()` walks the chain until a hop yields its first content event (or
+finishes cleanly): that hop is *committed* and returned as a `Served` stream. Failures
+before that move on to the next hop as the trigger table says; nothing a failed hop
+produced ever reaches the client. After commit, a failure ends the answer with
+`finish_reason: "length"` (rule 3) — it is never retried.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from olp.engine.classify import RATE_OR_QUOTA, SKIPS, decide
+from olp.engine.routing import Chain, Hop
+from olp.errors import ChainFailed, Failure, HopFailure, ProviderError
+from olp.ir import ChatRequest, Event, Finish, is_content
+from olp.observability import event_logger
+from olp.providers.base import HopContext
+from olp.quota import Cooldowns
+
+__all__ = ["Attempt", "AttemptListener", "FallbackEngine", "HopGate", "Served"]
+
+log = event_logger("olp.engine")
+
+Outcome = Literal["served", "failed", "skipped", "truncated"]
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One hop's part in a request, for logs, the ledger and quota counters."""
+
+    request_id: str
+    chain: str
+    hop: int
+    provider: str
+    model: str
+    outcome: Outcome
+    failure: Failure | None = None
+    message: str = ""
+    trigger: str = ""  # "fallback", "skip", "stop" for failures
+    latency_ms: float = 0.0
+
+
+# Checked before a hop runs; a returned error skips the hop without a request.
+HopGate = Callable[[Hop], ProviderError | None]
+AttemptListener = Callable[[Attempt], None]
+
+
+@dataclass(slots=True)
+class Served:
+    """The committed hop's stream. Iterate `events()` exactly once."""
+
+    chain: Chain
+    hop: Hop
+    failures: tuple[HopFailure, ...]
+    head: list[Event]
+    rest: AsyncIterator[Event] | None
+    engine: FallbackEngine
+    request_id: str
+    started: float
+    truncated: bool = False
+    error: ProviderError | None = None
+    _closed: bool = field(default=False, repr=False)
+
+    async def events(self) -> AsyncIterator[Event]:
+        finished = False
+        for event in self.head:
+            finished = finished or isinstance(event, Finish)
+            yield event
+        if self.rest is not None:
+            try:
+                async for event in self.rest:
+                    finished = finished or isinstance(event, Finish)
+                    yield event
+            except Exception as raw:
+                # Rule 3: content already reached the client; end honestly, never retry.
+                exc = _as_provider_error(raw, self.hop.name)
+                self.truncated = True
+                self.error = exc
+                self.engine.after_commit_failure(self, exc)
+                yield Finish("length")
+                return
+        if not finished:
+            yield Finish("stop")
+        self.engine.served(self)
+
+    async def aclose(self) -> None:
+        if not self._closed and self.rest is not None:
+            self._closed = True
+            aclose = getattr(self.rest, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+
+class FallbackEngine:
+    def __init__(
+        self,
+        cooldowns: Cooldowns,
+        *,
+        default_retry_after_s: float = 30,
+        max_cooldown_s: float = 6 * 3600,
+        gates: Sequence[HopGate] = (),
+        listeners: Sequence[AttemptListener] = (),
+    ) -> None:
+        self.cooldowns = cooldowns
+        self.default_retry_after_s = default_retry_after_s
+        self.max_cooldown_s = max_cooldown_s
+        self.gates: list[HopGate] = [self._cooldown_gate, *gates]
+        self.listeners = list(listeners)
+
+    async def open(self, chain: Chain, request: ChatRequest, request_id: str) -> Served:
+        """Commit to the first hop that produces content; raise ChainFailed if none does."""
+        failures: list[HopFailure] = []
+        for hop in chain.hops:
+            skip = self._gate(hop)
+            if skip is not None:
+                self._record(request_id, chain, hop, skip, "skip", 0.0, failures)
+                continue
+            started = time.perf_counter()
+            stream = hop.provider.stream(
+                request.with_model(hop.model), HopContext(request_id=request_id, hop=hop.index)
+            )
+            try:
+                head, ended = await _until_content(stream)
+            except Exception as raw:
+                await _close(stream)
+                exc = _as_provider_error(raw, hop.name)
+                trigger = "fallback" if decide(exc.failure).fallback else "stop"
+                self._record(request_id, chain, hop, exc, trigger, started, failures)
+                if trigger == "stop":
+                    raise self._stopped(failures, exc) from exc
+                continue
+            except BaseException:
+                await _close(stream)
+                raise
+            rest = None if ended else stream
+            return Served(chain, hop, tuple(failures), head, rest, self, request_id, started)
+        raise self._exhausted(failures)
+
+    # -- gates -------------------------------------------------------------------------
+
+    def _gate(self, hop: Hop) -> ProviderError | None:
+        for gate in self.gates:
+            error = gate(hop)
+            if error is not None:
+                return error
+        return None
+
+    def _cooldown_gate(self, hop: Hop) -> ProviderError | None:
+        cooling = self.cooldowns.blocking(hop.name, hop.model)
+        if cooling is None:
+            return None
+        what = hop.name if cooling.model is None else f"{hop.name}/{cooling.model}"
+        left = max(cooling.until - self.cooldowns.now(), 0.0)
+        return ProviderError(
+            Failure.COOLDOWN,
+            f"{what} is cooling down for {left:.0f}s more after {cooling.reason}"
+            + (f": {cooling.message}" if cooling.message else ""),
+            provider=hop.name,
+            reset_at=cooling.until,
+        )
+
+    # -- outcomes ----------------------------------------------------------------------
+
+    def _record(
+        self, request_id: str, chain: Chain, hop: Hop, exc: ProviderError, trigger: str,
+        started: float, failures: list[HopFailure],
+    ) -> None:
+        self._cool_down(hop, exc)
+        failures.append(HopFailure(hop.index, hop.name, hop.model, exc, trigger))
+        outcome: Outcome = "skipped" if trigger == "skip" else "failed"
+        latency = (time.perf_counter() - started) * 1000 if started else 0.0
+        self._emit(Attempt(request_id, chain.name, hop.index, hop.name, hop.model, outcome,
+                           exc.failure, exc.message, trigger, latency))
+
+    def served(self, served: Served) -> None:
+        self._emit(self._served_attempt(served, "served"))
+
+    def after_commit_failure(self, served: Served, exc: ProviderError) -> None:
+        self._cool_down(served.hop, exc)
+        attempt = self._served_attempt(served, "truncated")
+        attempt.failure, attempt.message = exc.failure, exc.message
+        self._emit(attempt)
+
+    def _served_attempt(self, served: Served, outcome: Outcome) -> Attempt:
+        hop = served.hop
+        latency = (time.perf_counter() - served.started) * 1000
+        return Attempt(served.request_id, served.chain.name, hop.index, hop.name, hop.model,
+                       outcome, latency_ms=latency)
+
+    def _emit(self, attempt: Attempt) -> None:
+        log.info(
+            "hop", request_id=attempt.request_id, chain=attempt.chain, hop=attempt.hop,
+            provider=attempt.provider, model=attempt.model, outcome=attempt.outcome,
+            code=attempt.failure, trigger=attempt.trigger or None,
+            latency_ms=round(attempt.latency_ms, 2),
+            message=attempt.message[:200] or None,
+        )
+        for listener in self.listeners:
+            listener(attempt)
+
+    def _cool_down(self, hop: Hop, exc: ProviderError) -> None:
+        scope = decide(exc.failure).cooldown
+        if scope == "none":
+            return
+        now = self.cooldowns.now()
+        if exc.reset_at is not None and exc.reset_at > now:
+            seconds = exc.reset_at - now
+        elif exc.retry_after is not None:
+            seconds = exc.retry_after
+        else:
+            seconds = self.default_retry_after_s
+        seconds = min(seconds, self.max_cooldown_s)
+        model = hop.model if scope == "model" else None
+        self.cooldowns.cool(hop.name, model, seconds, exc.failure.value, exc.message[:200])
+
+    def _stopped(self, failures: list[HopFailure], exc: ProviderError) -> ChainFailed:
+        return ChainFailed(tuple(failures), exc, http_status=exc.http_status, code=exc.code,
+                           retry_after=None)
+
+    def _exhausted(self, failures: list[HopFailure]) -> ChainFailed:
+        codes = {f.error.failure for f in failures}
+        status = 429 if codes <= RATE_OR_QUOTA else 503
+        code = "no_provider_available" if codes <= SKIPS else "all_providers_failed"
+        return ChainFailed(tuple(failures), failures[0].error, http_status=status, code=code,
+                           retry_after=self._retry_after(failures))
+
+    def _retry_after(self, failures: list[HopFailure]) -> float:
+        """Seconds until the earliest hop is expected back (DESIGN §5 rule 5)."""
+        now = self.cooldowns.now()
+        hints: list[float] = []
+        for failure in failures:
+            err = failure.error
+            if err.reset_at is not None:
+                hints.append(err.reset_at - now)
+            elif err.retry_after is not None:
+                hints.append(err.retry_after)
+        if not hints:
+            return float(self.default_retry_after_s)
+        return max(1.0, min(min(hints), self.max_cooldown_s))
+
+
+async def _until_content(stream: AsyncIterator[Event]) -> tuple[list[Event], bool]:
+    """Pull events up to the first content event; also say whether the stream ended."""
+    head: list[Event] = []
+    async for event in stream:
+        head.append(event)
+        if is_content(event):
+            return head, False
+    return head, True
+
+
+def _as_provider_error(exc: Exception, provider: str) -> ProviderError:
+    """A provider's own bug must not take the request down: treat it as a failed hop."""
+    if isinstance(exc, ProviderError):
+        exc.provider = exc.provider or provider
+        return exc
+    log.error("provider_bug", provider=provider, error=repr(exc), exc_info=True)
+    return ProviderError(
+        Failure.UPSTREAM_ERROR,
+        f"provider {provider!r} failed unexpectedly ({type(exc).__name__}); see the OLP log",
+        provider=provider,
+    )
+
+
+async def _close(stream: AsyncIterator[Event]) -> None:
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()

@@ -1,0 +1,56 @@
+"""The intermediate representation: pure data, no I/O."""
+
+from __future__ import annotations
+
+from olp.ir.events import (
+    CONTENT_EVENTS,
+    Event,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+    is_content,
+)
+from olp.ir.request import (
+    ChatRequest,
+    ContentPart,
+    ImagePart,
+    JSONValue,
+    Message,
+    NamedToolChoice,
+    ResponseFormat,
+    Role,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+from olp.ir.response import ChatResponse, ResponseBuilder
+
+__all__ = [
+    "CONTENT_EVENTS",
+    "ChatRequest",
+    "ChatResponse",
+    "ContentPart",
+    "Event",
+    "Finish",
+    "FinishReason",
+    "ImagePart",
+    "JSONValue",
+    "Message",
+    "NamedToolChoice",
+    "ReasoningDelta",
+    "ResponseBuilder",
+    "ResponseFormat",
+    "Role",
+    "TextDelta",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolChoice",
+    "Usage",
+    "is_content",
+]

@@ -1,0 +1,76 @@
+"""What a provider yields while it answers: a stream of small, typed events.
+
+Content events (text, reasoning, tool-call pieces) are what the first-chunk rule counts:
+once one reached the client, the hop is committed (DESIGN §5 rule 1). `Usage` and
+`Finish` are bookkeeping.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "CONTENT_EVENTS",
+    "Event",
+    "Finish",
+    "FinishReason",
+    "ReasoningDelta",
+    "TextDelta",
+    "ToolCallDelta",
+    "Usage",
+    "is_content",
+]
+
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """Model thinking, when the upstream exposes it (sent as `reasoning_content`)."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallDelta:
+    """A piece of the `index`-th tool call. `id` and `name` come with its first piece."""
+
+    index: int
+    id: str | None = None
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    # Of prompt_tokens: read from the upstream's prompt cache / written to it.
+    cached_prompt_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    # The provider's own figure, when it reports one (e.g. a CLI's total_cost_usd).
+    cost_usd: float | None = None
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    reason: FinishReason
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
+CONTENT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)
+
+
+def is_content(event: Event) -> bool:
+    return isinstance(event, CONTENT_EVENTS)

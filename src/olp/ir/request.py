@@ -1,0 +1,121 @@
+"""A chat request as OLP understands it, independent of any wire format.
+
+Frozen, slotted dataclasses: cheap to build, safe to share between hops and
+singleflight followers. Validation of untrusted input happens in `olp.wire`, never here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+__all__ = [
+    "ChatRequest",
+    "ContentPart",
+    "ImagePart",
+    "JSONValue",
+    "Message",
+    "NamedToolChoice",
+    "ResponseFormat",
+    "Role",
+    "TextPart",
+    "Tool",
+    "ToolCall",
+    "ToolChoice",
+]
+
+JSONValue = Any
+Role = Literal["system", "developer", "user", "assistant", "tool"]
+
+
+@dataclass(frozen=True, slots=True)
+class TextPart:
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """An image by URL; `url` may be a `data:` URL carrying the bytes inline."""
+
+    url: str
+    detail: Literal["auto", "low", "high"] | None = None
+
+
+ContentPart = TextPart | ImagePart
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """A function call the assistant made. `arguments` is the JSON text, as models emit it."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    role: Role
+    # Text-only content keeps its plain string form; mixed content is a tuple of parts.
+    content: str | tuple[ContentPart, ...] | None
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The message's text parts joined; images are left out."""
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(p.text for p in self.content if isinstance(p, TextPart))
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    name: str
+    description: str | None = None
+    parameters: Mapping[str, JSONValue] | None = None
+    strict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NamedToolChoice:
+    name: str
+
+
+ToolChoice = Literal["auto", "none", "required"] | NamedToolChoice
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseFormat:
+    type: Literal["text", "json_object", "json_schema"]
+    # For json_schema: {"name", "schema", "strict"?, "description"?} as the client sent it.
+    json_schema: Mapping[str, JSONValue] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ChatRequest:
+    model: str
+    messages: tuple[Message, ...]
+    stream: bool = False
+    include_usage: bool = False
+    tools: tuple[Tool, ...] = ()
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    # Which name the client used; some OpenAI models accept only max_completion_tokens.
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    user: str | None = None
+    # Sampling and output options OLP does not interpret (frequency_penalty, logit_bias,
+    # reasoning_effort, ...). OpenAI-compatible providers forward them; others drop them.
+    extra: Mapping[str, JSONValue] = field(default_factory=dict)
+
+    def with_model(self, model: str) -> ChatRequest:
+        return replace(self, model=model)

@@ -1,0 +1,1 @@
+"""Providers: each turns IR requests into IR event streams for one upstream."""

@@ -1,0 +1,385 @@
+"""Shared HTTP machinery for HTTP providers (DESIGN §6).
+
+One `HttpClient` per provider owns one pooled aiohttp session (created lazily inside the
+running loop) and enforces OLP's own deadlines: aiohttp only bounds the socket connect;
+first byte, idle and total are checked here so each expiry names which one fired.
+Every aiohttp/OS failure is mapped to the trigger taxonomy at one boundary
+(`upstream_errors`); non-2xx answers go through `error_for_status`.
+
+A call is an async context manager, so leaving it early (the consumer stopped iterating,
+the task was cancelled because the client went away) closes the upstream connection
+instead of returning a half-read one to the pool: the upstream sees the disconnect.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+import orjson
+
+from olp.config.model import Timeouts
+from olp.errors import Failure, ProviderError
+from olp.providers._http_errors import ERROR_BODY_CAP, QuotaMemory, error_for_status
+from olp.providers.base import ProviderHealth, QuotaSnapshot
+from olp.wire.sse import SSEDecoder, SSEMessage
+
+__all__ = [
+    "BODY_CAP",
+    "SSE_LINE_CAP",
+    "HttpClient",
+    "UpstreamCall",
+    "error_for_status",
+    "http_health",
+    "stream_ended_early",
+    "upstream_errors",
+]
+
+BODY_CAP = 32 * 1024 * 1024
+SSE_LINE_CAP = 1024 * 1024
+# Without max_concurrent, how many connections one provider may hold open at once.
+_DEFAULT_POOL = 256
+# Idle pooled connections are dropped before the shortest common server idle timeout
+# (uvicorn and Node close after 5 s): aiohttp never retries a POST on a connection the
+# server closed meanwhile, so a stale one would be a spurious TRANSPORT failure.
+_KEEPALIVE_S = 4.0
+# After a terminal event, how long to wait for the end of the body so the connection can
+# go back to the pool; a slower upstream just gets its connection closed.
+_DRAIN_S = 0.25
+
+
+@contextmanager
+def upstream_errors(provider: str, *, mid_body: bool = False) -> Iterator[None]:
+    """Map aiohttp/OS failures to the taxonomy, chained with `from exc`.
+
+    `mid_body`: the response had started, so a broken connection means the upstream
+    stopped before finishing its answer.
+    """
+    try:
+        yield
+    except ProviderError:
+        raise
+    except aiohttp.ConnectionTimeoutError as exc:
+        raise ProviderError(
+            Failure.TIMEOUT, f"upstream timeout: could not connect ({exc})", provider=provider
+        ) from exc
+    except TimeoutError as exc:
+        raise ProviderError(
+            Failure.TIMEOUT, f"upstream timeout: {str(exc) or 'timed out'}", provider=provider
+        ) from exc
+    except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError) as exc:
+        if not mid_body and isinstance(exc, aiohttp.ServerDisconnectedError):
+            raise ProviderError(
+                Failure.TRANSPORT, f"upstream closed the connection: {exc}", provider=provider
+            ) from exc
+        raise stream_ended_early(provider, exc) from exc
+    except (aiohttp.ClientError, OSError) as exc:
+        what = "connection lost" if mid_body else "connection failed"
+        raise ProviderError(
+            Failure.TRANSPORT,
+            f"upstream {what}: {str(exc) or type(exc).__name__}",
+            provider=provider,
+        ) from exc
+
+
+def stream_ended_early(provider: str, cause: BaseException | None = None) -> ProviderError:
+    """The body ended (connection closed) before the protocol's terminal event."""
+    detail = f" ({cause})" if cause is not None and str(cause) else ""
+    return ProviderError(
+        Failure.TRANSPORT, f"upstream stream ended before completion{detail}", provider=provider
+    )
+
+
+class HttpClient:
+    """One provider's pooled session, deadlines and quota memory."""
+
+    __slots__ = ("_headers", "_limit", "_quota", "_session", "name", "timeouts")
+
+    def __init__(
+        self,
+        name: str,
+        timeouts: Timeouts,
+        *,
+        headers: Mapping[str, str],
+        limit: int | None = None,
+    ) -> None:
+        self.name = name
+        self.timeouts = timeouts
+        # Sent with every request as session defaults, so no per-request header merge.
+        self._headers = {"Content-Type": "application/json", **headers}
+        self._limit = limit or _DEFAULT_POOL
+        self._session: aiohttp.ClientSession | None = None
+        self._quota = QuotaMemory()
+
+    def session(self) -> aiohttp.ClientSession:
+        session = self._session
+        if session is None or session.closed:
+            connector = aiohttp.TCPConnector(
+                limit=self._limit,
+                limit_per_host=0,
+                keepalive_timeout=_KEEPALIVE_S,
+                ttl_dns_cache=300,
+            )
+            session = aiohttp.ClientSession(
+                connector=connector,
+                headers=self._headers,
+                timeout=aiohttp.ClientTimeout(
+                    total=None, sock_connect=self.timeouts.connect_ms / 1000.0
+                ),
+                # No cookies: one member's upstream session must never leak into another's.
+                cookie_jar=aiohttp.DummyCookieJar(),
+                # config is the only module that reads the environment (DESIGN §2).
+                trust_env=False,
+            )
+            self._session = session
+        return session
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None and not session.closed:
+            await session.close()
+
+    def post(self, url: str, body: bytes) -> UpstreamCall:
+        """`async with client.post(url, body) as call:` — raises for non-2xx answers."""
+        return UpstreamCall(self, url, body)
+
+    def quota(self) -> QuotaSnapshot | None:
+        return self._quota.snapshot()
+
+    def note_headers(self, headers: Mapping[str, str]) -> None:
+        self._quota.note(headers)
+
+    async def probe(self, url: str, timeout_s: float) -> tuple[int | None, str | None, float]:
+        """GET `url` once: (status or None, what went wrong or None, latency in ms)."""
+        start = time.perf_counter()
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with self.session().get(url, allow_redirects=False) as resp:
+                    status = resp.status
+                    self.note_headers(resp.headers)
+        except TimeoutError:
+            return None, f"no answer within {timeout_s:g} s", _ms_since(start)
+        except (aiohttp.ClientError, OSError) as exc:
+            return None, str(exc) or type(exc).__name__, _ms_since(start)
+        return status, None, _ms_since(start)
+
+
+def _ms_since(start: float) -> float:
+    return round((time.perf_counter() - start) * 1000.0, 1)
+
+
+class UpstreamCall:
+    """One POST, its response, and OLP's deadlines for reading it."""
+
+    __slots__ = ("_body", "_client", "_decoder", "_eof", "_first_at", "_resp", "_total_at", "_url")
+
+    def __init__(self, client: HttpClient, url: str, body: bytes) -> None:
+        self._client = client
+        self._url = url
+        self._body = body
+        self._resp: aiohttp.ClientResponse | None = None
+        self._decoder: SSEDecoder | None = None
+        self._eof = False
+        # Deadlines on the loop clock; the first-byte one also covers connect and headers.
+        self._first_at: float | None = 0.0
+        self._total_at = 0.0
+
+    async def __aenter__(self) -> UpstreamCall:
+        client = self._client
+        t = client.timeouts
+        now = asyncio.get_running_loop().time()
+        self._total_at = now + t.total_ms / 1000.0
+        self._first_at = now + t.first_byte_ms / 1000.0
+        cm = asyncio.timeout_at(min(self._first_at, self._total_at))
+        with upstream_errors(client.name):
+            try:
+                async with cm:
+                    resp = await client.session().post(
+                        self._url, data=self._body, allow_redirects=False
+                    )
+            except TimeoutError as exc:
+                if cm.expired():
+                    raise self._timed_out(self._first_at) from exc
+                raise
+        self._resp = resp
+        client.note_headers(resp.headers)
+        if not 200 <= resp.status < 300:
+            try:
+                body = await self._read_capped(ERROR_BODY_CAP, truncate=True)
+            except ProviderError:
+                body = b""  # the status says enough; a body that never comes changes nothing
+            finally:
+                resp.close()
+            raise error_for_status(client.name, resp.status, resp.headers, body)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        resp = self._resp
+        if resp is None:
+            return
+        if exc_type is None and self._eof:
+            resp.release()
+        else:
+            # Half-read, failed or abandoned: never hand this connection to the pool.
+            resp.close()
+
+    @property
+    def is_event_stream(self) -> bool:
+        return self._response().content_type == "text/event-stream"
+
+    async def read_json(self) -> Any:
+        """The whole body as JSON, within BODY_CAP; UPSTREAM_ERROR if malformed."""
+        resp = self._response()
+        declared = resp.content_length
+        if declared is not None and declared > BODY_CAP:
+            raise self._too_large()
+        body = await self._read_capped(BODY_CAP, truncate=False)
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            snippet = body[:120].decode("utf-8", "replace")
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                f"malformed response from upstream: {exc}; body starts {snippet!r}",
+                provider=self._client.name,
+            ) from exc
+
+    async def next_messages(self) -> list[SSEMessage] | None:
+        """The SSE messages the next network read completed; None at the end of the body."""
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._decoder = SSEDecoder(SSE_LINE_CAP)
+        while not self._eof:
+            chunk = await self._read()
+            try:
+                messages = decoder.feed(chunk) if chunk else decoder.flush()
+            except ValueError as exc:
+                raise ProviderError(
+                    Failure.UPSTREAM_ERROR,
+                    f"upstream sent an SSE line over {SSE_LINE_CAP // 1024} KiB",
+                    provider=self._client.name,
+                ) from exc
+            if messages:
+                return messages
+        return None
+
+    async def finish(self) -> None:
+        """The terminal event arrived: take the end of the body so the connection is reused.
+
+        Never raises: if the end does not come promptly the connection is closed on exit.
+        """
+        content = self._response().content
+        try:
+            async with asyncio.timeout(_DRAIN_S):
+                for _ in range(4):
+                    if content.at_eof():
+                        self._eof = True
+                        return
+                    if not await content.readany():
+                        self._eof = True
+                        return
+        except (TimeoutError, aiohttp.ClientError, OSError):
+            return
+
+    def _response(self) -> aiohttp.ClientResponse:
+        if self._resp is None:
+            raise RuntimeError("UpstreamCall used outside `async with`")
+        return self._resp
+
+    async def _read(self) -> bytes:
+        """One read of whatever arrived, within the first-byte or idle deadline."""
+        loop = asyncio.get_running_loop()
+        step_at = self._first_at
+        if step_at is None:
+            step_at = loop.time() + self._client.timeouts.idle_ms / 1000.0
+        cm = asyncio.timeout_at(min(step_at, self._total_at))
+        with upstream_errors(self._client.name, mid_body=True):
+            try:
+                async with cm:
+                    chunk = await self._response().content.readany()
+            except TimeoutError as exc:
+                if cm.expired():
+                    raise self._timed_out(step_at) from exc
+                raise
+        self._first_at = None
+        if not chunk:
+            self._eof = True
+        return chunk
+
+    async def _read_capped(self, cap: int, *, truncate: bool) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        while chunk := await self._read():
+            size += len(chunk)
+            if size > cap:
+                if truncate:
+                    parts.append(chunk[: len(chunk) - (size - cap)])
+                    break
+                raise self._too_large()
+            parts.append(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _too_large(self) -> ProviderError:
+        return ProviderError(
+            Failure.UPSTREAM_ERROR,
+            f"upstream response larger than {BODY_CAP // (1024 * 1024)} MiB",
+            provider=self._client.name,
+        )
+
+    def _timed_out(self, step_at: float) -> ProviderError:
+        t = self._client.timeouts
+        if self._total_at <= step_at:
+            what = f"response not complete within {t.total_ms} ms (total)"
+        elif self._first_at is not None:
+            what = f"first byte not received within {t.first_byte_ms} ms"
+        else:
+            what = f"no data for {t.idle_ms} ms (idle)"
+        return ProviderError(
+            Failure.TIMEOUT, f"upstream timeout: {what}", provider=self._client.name
+        )
+
+
+async def http_health(
+    client: HttpClient,
+    *,
+    base_url: str,
+    models_url: str,
+    api_key_env: str | None,
+    has_key: bool,
+) -> ProviderHealth:
+    """Configured, credentials present, reachable — via a models listing, never a model."""
+    checks = [f"configured: {base_url}"]
+    fix: str | None = None
+    ok = True
+    if api_key_env and not has_key:
+        ok = False
+        checks.append(f"credentials: {api_key_env} is not set")
+        fix = f"set {api_key_env}"
+    elif api_key_env:
+        checks.append(f"credentials: {api_key_env} is set")
+    else:
+        checks.append("credentials: none configured")
+    timeout_s = min(5.0, client.timeouts.connect_ms / 1000.0 + 2.0)
+    status, problem, latency = await client.probe(models_url, timeout_s)
+    if status is None:
+        checks.append(f"reachable: no ({problem})")
+        return ProviderHealth(False, tuple(checks), fix or f"check that {base_url} is reachable")
+    if status in (401, 403):
+        checks.append(f"reachable: yes, but the API key was rejected (HTTP {status})")
+        env = api_key_env or "the provider's api_key_env"
+        return ProviderHealth(False, tuple(checks), f"set {env} to a valid key", latency)
+    if status >= 500:
+        checks.append(f"reachable: upstream answered HTTP {status}")
+        return ProviderHealth(False, tuple(checks), fix, latency)
+    checks.append(f"reachable: yes (HTTP {status} in {latency:g} ms)")
+    return ProviderHealth(ok, tuple(checks), fix, latency)

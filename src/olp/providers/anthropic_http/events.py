@@ -1,0 +1,191 @@
+"""Anthropic Messages API answers (streamed or whole) → IR events. Pure: no I/O.
+
+As with every OLP provider, `Finish` is the last event and `Usage` comes just before it.
+Tool-call indexes count `tool_use` blocks only (0, 1, 2 …), whatever their position among
+text and thinking blocks, because that is what OpenAI-shaped clients index by.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from olp.errors import Failure, ProviderError
+from olp.ir import (
+    Event,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from olp.providers._http_errors import error_from_payload
+
+__all__ = ["StreamParser", "events_from_response", "finish_reason", "usage_from"]
+
+_STOP: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+_USAGE_KEYS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_input_tokens",
+    "cache_creation_input_tokens",
+)
+
+
+def finish_reason(stop_reason: object, saw_tool_calls: bool) -> FinishReason:
+    if isinstance(stop_reason, str) and stop_reason in _STOP:
+        return _STOP[stop_reason]
+    return "tool_calls" if saw_tool_calls else "stop"
+
+
+def usage_from(raw: dict[str, Any]) -> Usage:
+    """Anthropic counts cache reads and writes apart from input_tokens; the IR includes them."""
+    cache_read = int(raw.get("cache_read_input_tokens") or 0)
+    cache_write = int(raw.get("cache_creation_input_tokens") or 0)
+    return Usage(
+        prompt_tokens=int(raw.get("input_tokens") or 0) + cache_read + cache_write,
+        completion_tokens=int(raw.get("output_tokens") or 0),
+        cached_prompt_tokens=cache_read,
+        cache_write_tokens=cache_write,
+    )
+
+
+def events_from_response(provider: str, doc: Any) -> list[Event]:
+    """A complete (non-streaming) message as events."""
+    if not isinstance(doc, dict):
+        raise _malformed(provider, "answer is not a JSON object")
+    if doc.get("type") == "error" or "error" in doc:
+        raise error_from_payload(provider, doc.get("error"))
+    content = doc.get("content")
+    if not isinstance(content, list):
+        raise _malformed(provider, "answer has no content list")
+    events: list[Event] = []
+    tools = 0
+    for block in content:
+        kind = block.get("type")
+        if kind == "text" and block.get("text"):
+            events.append(TextDelta(block["text"]))
+        elif kind == "thinking" and block.get("thinking"):
+            events.append(ReasoningDelta(block["thinking"]))
+        elif kind == "tool_use":
+            arguments = orjson.dumps(block.get("input") or {}).decode()
+            events.append(ToolCallDelta(tools, block.get("id"), block.get("name"), arguments))
+            tools += 1
+    usage = doc.get("usage")
+    if isinstance(usage, dict):
+        events.append(usage_from(usage))
+    events.append(Finish(finish_reason(doc.get("stop_reason"), tools > 0)))
+    return events
+
+
+class StreamParser:
+    """Messages API SSE messages → events. `done` once `message_stop` arrived."""
+
+    __slots__ = ("_block_tool", "_no_args", "_provider", "_stop", "_usage", "done")
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        # Content-block index → tool-call index, for tool_use blocks only.
+        self._block_tool: dict[int, int] = {}
+        # Tool calls that have not had an arguments piece yet.
+        self._no_args: set[int] = set()
+        self._usage: dict[str, Any] = {}
+        self._stop: object = None
+        self.done = False
+
+    def feed(self, event: str | None, data: str) -> list[Event]:
+        try:
+            doc = orjson.loads(data)
+        except orjson.JSONDecodeError as exc:
+            raise _malformed(self._provider, f"{exc} in {data[:120]!r}") from exc
+        if not isinstance(doc, dict):
+            raise _malformed(self._provider, f"event is not an object: {data[:120]!r}")
+        # The data's own `type` names the event; the SSE `event:` line is a duplicate.
+        kind = doc.get("type") or event
+        if kind == "content_block_delta":
+            return self._delta(doc)
+        if kind == "content_block_start":
+            return self._start(doc)
+        if kind == "content_block_stop":
+            return self._stop_block(doc)
+        if kind == "message_start":
+            self._merge_usage((doc.get("message") or {}).get("usage"))
+        elif kind == "message_delta":
+            self._stop = (doc.get("delta") or {}).get("stop_reason") or self._stop
+            self._merge_usage(doc.get("usage"))
+        elif kind == "message_stop":
+            return self.end()
+        elif kind == "error":
+            raise error_from_payload(self._provider, doc.get("error"))
+        return []  # ping, and event types added after this was written
+
+    def end(self) -> list[Event]:
+        self.done = True
+        reason = finish_reason(self._stop, bool(self._block_tool))
+        if not self._usage:
+            return [Finish(reason)]
+        return [usage_from(self._usage), Finish(reason)]
+
+    def _merge_usage(self, raw: Any) -> None:
+        # message_delta repeats some counters cumulatively; the latest value wins.
+        if isinstance(raw, dict):
+            for key in _USAGE_KEYS:
+                value = raw.get(key)
+                if value is not None:
+                    self._usage[key] = value
+
+    def _start(self, doc: dict[str, Any]) -> list[Event]:
+        block = doc.get("content_block") or {}
+        kind = block.get("type")
+        if kind == "tool_use":
+            tool = len(self._block_tool)
+            self._block_tool[doc.get("index", tool)] = tool
+            self._no_args.add(tool)
+            return [ToolCallDelta(tool, block.get("id"), block.get("name"), "")]
+        if kind == "text" and block.get("text"):
+            return [TextDelta(block["text"])]
+        if kind == "thinking" and block.get("thinking"):
+            return [ReasoningDelta(block["thinking"])]
+        return []
+
+    def _delta(self, doc: dict[str, Any]) -> list[Event]:
+        delta = doc.get("delta") or {}
+        kind = delta.get("type")
+        if kind == "text_delta":
+            text = delta.get("text")
+            return [TextDelta(text)] if text else []
+        if kind == "input_json_delta":
+            piece = delta.get("partial_json")
+            tool = self._block_tool.get(doc.get("index", -1))
+            if not piece or tool is None:
+                return []
+            self._no_args.discard(tool)
+            return [ToolCallDelta(tool, arguments=piece)]
+        if kind == "thinking_delta":
+            thinking = delta.get("thinking")
+            return [ReasoningDelta(thinking)] if thinking else []
+        return []  # signature_delta, citations_delta: nothing an OpenAI client can use
+
+    def _stop_block(self, doc: dict[str, Any]) -> list[Event]:
+        tool = self._block_tool.get(doc.get("index", -1))
+        if tool is not None and tool in self._no_args:
+            # A call without parameters streams no JSON at all; clients expect an object.
+            self._no_args.discard(tool)
+            return [ToolCallDelta(tool, arguments="{}")]
+        return []
+
+
+def _malformed(provider: str, detail: str) -> ProviderError:
+    return ProviderError(
+        Failure.UPSTREAM_ERROR, f"malformed response from upstream: {detail}", provider=provider
+    )

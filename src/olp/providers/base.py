@@ -1,0 +1,114 @@
+"""The provider contract (DESIGN §2).
+
+A provider turns one `ChatRequest` into a stream of IR events for one model, or raises
+`ProviderError` with a taxonomy code. It knows nothing about chains, caches, keys or the
+HTTP surface: those belong to the engine and the server.
+
+Built-in and third-party providers register the same way: an entry point in the
+`olp.providers` group whose object is a `ProviderPlugin`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol, runtime_checkable
+
+from olp.config.model import ProviderConfig
+from olp.ir import ChatRequest, Event
+
+__all__ = [
+    "Capabilities",
+    "HopContext",
+    "Provider",
+    "ProviderFactory",
+    "ProviderHealth",
+    "ProviderPlugin",
+    "QuotaSnapshot",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    # "token": content arrives as the model writes it; "message": in one piece at the end.
+    streaming: Literal["token", "message"] = "token"
+    tools: bool = True
+    vision: bool = True
+    json_mode: bool = True
+    sampling: bool = True
+    max_concurrent: int | None = None
+    cacheable: bool = True
+    # Request features this provider cannot honour and drops (shown by `olp doctor`).
+    drops: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HopContext:
+    """Per-attempt facts a provider may use (for logs and upstream correlation)."""
+
+    request_id: str
+    hop: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderHealth:
+    ok: bool
+    # One line per check, e.g. "credentials: OPENAI_API_KEY is set".
+    checks: tuple[str, ...] = ()
+    # The exact command or setting that fixes a failed check.
+    fix: str | None = None
+    latency_ms: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaSnapshot:
+    """What a provider knows about its own quota right now (None where unknown)."""
+
+    utilisation: float | None = None  # 0..1 of the current window
+    reset_at: float | None = None  # unix seconds
+    remaining_requests: int | None = None
+    remaining_tokens: int | None = None
+    source: str = "unknown"
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Provider(Protocol):
+    name: str
+    capabilities: Capabilities
+
+    def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        """Answer `request` (whose `model` is already this hop's model) as IR events.
+
+        Raises `ProviderError` before or during the stream. Cancelling the iteration
+        (or `aclose()` on it) must release the upstream call: close the connection,
+        kill the process.
+        """
+        ...
+
+    async def health(self) -> ProviderHealth:
+        """Configured, credentials present, reachable — without calling a model."""
+        ...
+
+    def quota(self) -> QuotaSnapshot | None:
+        """Latest quota knowledge, or None if this provider exposes none."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release pooled connections and child processes."""
+        ...
+
+
+ProviderFactory = Callable[[ProviderConfig], Provider]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderPlugin:
+    """What an `olp.providers` entry point names."""
+
+    type: str
+    factory: ProviderFactory
+    # One line for `olp doctor` and the docs.
+    summary: str = ""
+    # Environment variable conventionally holding this type's API key, if any.
+    default_api_key_env: str | None = None

@@ -1,0 +1,76 @@
+"""The `openai-http` provider: thin I/O around `translate` and the shared `_http` client."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from olp.config.model import ProviderConfig
+from olp.ir import ChatRequest, Event
+from olp.providers._http import HttpClient, http_health, stream_ended_early
+from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.openai_http import translate
+
+__all__ = ["DEFAULT_BASE_URL", "OpenAIHttpProvider"]
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIHttpProvider:
+    """Any OpenAI-compatible server: POST `{base_url}/chat/completions`."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.name = config.name
+        self.capabilities = Capabilities(
+            streaming="token", max_concurrent=config.max_concurrent, cacheable=config.cacheable
+        )
+        self._base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")
+        self._url = f"{self._base_url}/chat/completions"
+        self._api_key_env = config.api_key_env
+        self._has_key = bool(config.api_key)
+        headers: dict[str, str] = {}
+        # Local servers (Ollama, llama.cpp) need no key; never send an empty bearer.
+        if config.api_key:
+            headers["Authorization"] = f"Bearer {config.api_key}"
+        headers.update(config.headers)
+        self._http = HttpClient(
+            config.name, config.timeouts, headers=headers, limit=config.max_concurrent
+        )
+
+    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        body = translate.encode_payload(translate.build_payload(request))
+        async with self._http.post(self._url, body) as call:
+            # An upstream may ignore `stream` (or answer an error as JSON with a 200).
+            if not request.stream or not call.is_event_stream:
+                for event in translate.events_from_response(self.name, await call.read_json()):
+                    yield event
+                return
+            parser = translate.StreamParser(self.name)
+            while (messages := await call.next_messages()) is not None:
+                for message in messages:
+                    events = parser.feed(message.data)
+                    if parser.done:
+                        # Take the end of the body before the last events leave, so a
+                        # consumer that stops at Finish still lets the connection go back
+                        # to the pool.
+                        await call.finish()
+                        for event in events:
+                            yield event
+                        return
+                    for event in events:
+                        yield event
+            raise stream_ended_early(self.name)
+
+    async def health(self) -> ProviderHealth:
+        return await http_health(
+            self._http,
+            base_url=self._base_url,
+            models_url=f"{self._base_url}/models",
+            api_key_env=self._api_key_env,
+            has_key=self._has_key,
+        )
+
+    def quota(self) -> QuotaSnapshot | None:
+        return self._http.quota()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()

@@ -1,0 +1,134 @@
+"""`create_app(config)`: the composition root for HTTP. Builds everything, owns the lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+
+from olp import __version__
+from olp.accounts import Authenticator, OwnerKeyFile, StaticAuthenticator, hash_key
+from olp.config import Config
+from olp.engine import FallbackEngine, Router
+from olp.errors import MethodNotAllowed, NotFound, OLPError
+from olp.observability import event_logger
+from olp.providers.base import ProviderPlugin
+from olp.providers.loader import build_providers, load_plugins
+from olp.quota import Clock, Cooldowns
+from olp.registry import Registry, load_registry
+from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
+from olp.server.chat import chat_completions
+from olp.server.context import AppContext
+from olp.server.routes import health, list_models
+from olp.wire.openai_chat import error_body
+
+__all__ = ["OLPApp", "create_app", "default_authenticator"]
+
+log = event_logger("olp.server")
+
+Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
+_ROUTES: dict[str, dict[str, Handler]] = {
+    "/v1/chat/completions": {"POST": chat_completions},
+    "/chat/completions": {"POST": chat_completions},
+    "/v1/models": {"GET": list_models},
+    "/models": {"GET": list_models},
+    "/health": {"GET": health},
+}
+
+
+def default_authenticator(config: Config) -> Authenticator:
+    hashes = [h for h in (OwnerKeyFile(config.home).load_hash(),) if h]
+    if config.owner_token:
+        hashes.append(hash_key(config.owner_token))
+    return StaticAuthenticator(hashes, allow_anonymous=config.auth.allow_anonymous)
+
+
+def create_app(
+    config: Config,
+    *,
+    plugins: Mapping[str, ProviderPlugin] | None = None,
+    authenticator: Authenticator | None = None,
+    registry: Registry | None = None,
+    clock: Clock = time.time,
+) -> OLPApp:
+    """Build the ASGI app. Raises ConfigError if a provider cannot be built."""
+    registry = registry or load_registry()
+    providers = build_providers(config, load_plugins() if plugins is None else plugins)
+    cooldowns = Cooldowns(clock)
+    engine = FallbackEngine(
+        cooldowns,
+        default_retry_after_s=config.routing.default_retry_after_s,
+        max_cooldown_s=config.routing.max_cooldown_s,
+    )
+    ctx = AppContext(
+        config=config, registry=registry, providers=providers,
+        router=Router(config, registry, providers), cooldowns=cooldowns, engine=engine,
+        auth=authenticator or default_authenticator(config), version=__version__,
+    )
+    return OLPApp(ctx)
+
+
+class OLPApp:
+    """A plain ASGI application: a dict of routes and a lifespan, nothing in between."""
+
+    def __init__(self, ctx: AppContext) -> None:
+        self.ctx = ctx
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self._http(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        req = Request(scope, receive)
+        try:
+            handler = _route(req.method, req.path)
+            await handler(self.ctx, req, send)
+        except OLPError as err:
+            await _send_error(send, err)
+        except Exception:
+            log.error("unhandled_error", path=req.path, exc_info=True)
+            await _send_error(send, OLPError("Internal server error; see the OLP log."))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                log.info("started", version=__version__, providers=sorted(self.ctx.providers))
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.aclose()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def aclose(self) -> None:
+        results = await asyncio.gather(
+            *(p.aclose() for p in self.ctx.providers.values()), return_exceptions=True
+        )
+        for name, result in zip(self.ctx.providers, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("provider_close_failed", provider=name, error=repr(result))
+
+
+def _route(method: str, path: str) -> Handler:
+    methods = _ROUTES.get(path.rstrip("/") or "/")
+    if methods is None:
+        raise NotFound(f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
+                       "/v1/models and /health.")
+    handler = methods.get(method)
+    if handler is None:
+        raise MethodNotAllowed(f"{method} is not allowed on {path}; use {', '.join(methods)}.")
+    return handler
+
+
+async def _send_error(send: Send, err: OLPError) -> None:
+    headers = [(b"content-type", b"application/json")]
+    if err.retry_after is not None:
+        headers.append((b"retry-after", str(max(1, int(err.retry_after + 0.999))).encode()))
+    try:
+        await send_bytes(send, err.http_status, headers, error_body(err))
+    except RuntimeError:
+        # The response had already started; the connection is the only thing left to close.
+        log.warning("error_after_response_started", code=err.code)

@@ -1,0 +1,40 @@
+"""Everything a request handler needs, built once by `create_app`."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from olp.accounts import Authenticator, Identity, check_access, extract_token, usable_providers
+from olp.config import Config
+from olp.engine import Chain, FallbackEngine, Router
+from olp.providers.base import Provider
+from olp.quota import Cooldowns
+from olp.registry import Registry
+from olp.server.asgi import Request
+
+__all__ = ["AppContext"]
+
+
+@dataclass(slots=True)
+class AppContext:
+    config: Config
+    registry: Registry
+    providers: dict[str, Provider]
+    router: Router
+    cooldowns: Cooldowns
+    engine: FallbackEngine
+    auth: Authenticator
+    version: str
+    started_at: float = field(default_factory=time.time)
+
+    def token(self, req: Request) -> str | None:
+        return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))
+
+    def authorize(self, identity: Identity, chain: Chain) -> Chain:
+        """403 unless the key may use this model; drop hops of providers it may not use."""
+        providers = chain.providers()
+        check_access(identity, chain.name, providers)
+        if identity.allowed_providers is None:
+            return chain
+        return chain.only(usable_providers(identity, providers))
