@@ -9,6 +9,7 @@ this benchmark's reading of "close".
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 from bench.loadgen import LoadResult
@@ -30,19 +31,65 @@ PROXY_OF = {"direct": None, "passthrough": "passthrough", "olp": "olp"}
 
 @dataclass(frozen=True, slots=True)
 class Cell:
-    """One load run: a target, a mode, a connection count."""
+    """One (target, mode, connections) measurement: several short rounds, summarized.
+
+    Latency and throughput are medians over the rounds: on a shared machine a burst of
+    outside load spoils a round or two, and the median sets those aside.
+    """
 
     target: str
     stream: bool
     conns: int
-    load: LoadResult
+    rounds: tuple[LoadResult, ...]
     cpu_us_per_req: dict[str, float]  # server name -> CPU µs per completed request
-    rss_mib: dict[str, float]  # server name -> resident memory after the run
+    rss_mib: dict[str, float]  # server name -> largest resident memory after a round
     other_load: float  # share of the machine's CPU used outside this run during the cell
+
+    def _median(self, metric: str) -> float:
+        values = [v for r in self.rounds if not math.isnan(v := float(getattr(r, metric)))]
+        return statistics.median(values) if values else math.nan
+
+    @property
+    def rps(self) -> float:
+        return self._median("rps")
+
+    @property
+    def rps_range(self) -> tuple[float, float]:
+        values = [r.rps for r in self.rounds]
+        return min(values), max(values)
+
+    @property
+    def p50_ms(self) -> float:
+        return self._median("p50_ms")
+
+    @property
+    def p99_ms(self) -> float:
+        return self._median("p99_ms")
+
+    @property
+    def ttfb_p50_ms(self) -> float:
+        return self._median("ttfb_p50_ms")
+
+    @property
+    def loadgen_cpu_us_per_req(self) -> float:
+        return self._median("loadgen_cpu_us_per_req")
+
+    @property
+    def capped(self) -> bool:
+        return any(r.capped for r in self.rounds)
 
     @property
     def errors(self) -> int:
-        return self.load.non_2xx + sum(self.load.errors.values())
+        return sum(r.non_2xx + sum(r.errors.values()) for r in self.rounds)
+
+    def error_detail(self) -> str:
+        reasons: dict[str, int] = {}
+        for r in self.rounds:
+            if r.non_2xx:
+                reasons["non-2xx"] = reasons.get("non-2xx", 0) + r.non_2xx
+            for reason, n in r.errors.items():
+                reasons[reason] = reasons.get(reason, 0) + n
+        return ", ".join(f"{n} × {reason}" for reason, n in reasons.items())
 
 
 @dataclass(slots=True)
@@ -56,6 +103,7 @@ class RunInfo:
     versions: dict[str, str]
     warmup_s: float
     duration_s: float
+    rounds: int
     loadgen_procs: int
     notes: list[str] = field(default_factory=list)
 
@@ -88,10 +136,10 @@ def budget_lines(cells: list[Cell]) -> list[str]:
         direct, pt, olp = (_find(cells, t, stream, 1) for t in TARGETS)
         measured, scale, verdict = "not measured", "—", "not measured"
         if direct and pt:
-            scale = f"+{pt.load.p50_ms - direct.load.p50_ms:.3f} ms"
+            scale = f"+{pt.p50_ms - direct.p50_ms:.3f} ms"
         if direct and olp:
-            over = olp.load.p50_ms - direct.load.p50_ms
-            measured = f"+{over:.3f} ms ({_ms(olp.load.p50_ms)} vs {_ms(direct.load.p50_ms)})"
+            over = olp.p50_ms - direct.p50_ms
+            measured = f"+{over:.3f} ms ({_ms(olp.p50_ms)} vs {_ms(direct.p50_ms)})"
             verdict = _verdict(over <= OVERHEAD_P50_MAX_MS, direct, olp)
         rows.append(
             f"| OLP p50 latency overhead vs direct, 1 connection | {_mode(stream)} | {measured} "
@@ -101,10 +149,10 @@ def budget_lines(cells: list[Cell]) -> list[str]:
         pt, olp = _find(cells, "passthrough", stream, 64), _find(cells, "olp", stream, 64)
         measured, scale, verdict = "not measured", "—", "not measured"
         if pt:
-            scale = f"{_num(pt.load.rps)} req/s"
+            scale = f"{_num(pt.rps)} req/s"
         if pt and olp:
-            frac = olp.load.rps / pt.load.rps if pt.load.rps else math.nan
-            measured = f"{frac:.2f} ({_num(olp.load.rps)} req/s)"
+            frac = olp.rps / pt.rps if pt.rps else math.nan
+            measured = f"{frac:.2f} ({_num(olp.rps)} req/s)"
             verdict = _verdict(frac >= THROUGHPUT_MIN_FRACTION, pt, olp)
         rows.append(
             f"| OLP throughput / passthrough, 64 connections | {_mode(stream)} | {measured} "
@@ -126,37 +174,46 @@ def generator_check(cells: list[Cell]) -> list[str]:
         proxies = [c for t in ("passthrough", "olp") if (c := _find(cells, t, stream, 64))]
         if direct is None or not proxies:
             continue
-        best = max(proxies, key=lambda c: c.load.rps)
-        ratio = direct.load.rps / best.load.rps if best.load.rps else math.inf
+        best = max(proxies, key=lambda c: c.rps)
+        ratio = direct.rps / best.rps if best.rps else math.inf
         ok = ratio >= GENERATOR_HEADROOM
-        lg_us = direct.load.loadgen_cpu_us_per_req
+        lg_us = direct.loadgen_cpu_us_per_req
         lines.append(
             f"- {_mode(stream)}, 64 connections: the generator drove the upstream directly at "
-            f"{_num(direct.load.rps)} req/s, {ratio:.1f}× the fastest proxy "
-            f"({best.target}, {_num(best.load.rps)} req/s) — "
+            f"{_num(direct.rps)} req/s, {ratio:.1f}× the fastest proxy "
+            f"({best.target}, {_num(best.rps)} req/s) — "
             f"{'**PASS**' if ok else '**FAIL**'} (needs ≥ {GENERATOR_HEADROOM}×). "
             f"It spent {lg_us:.0f} µs of CPU per request there, "
-            f"{direct.load.rps * lg_us / 1e4:.0f}% of one core."
+            f"{direct.rps * lg_us / 1e4:.0f}% of one core."
+        )
+    proxied = [c for c in cells if c.target != "direct"]
+    if proxied:
+        top = max(proxied, key=lambda c: c.rps * c.loadgen_cpu_us_per_req)
+        lines.append(
+            f"- Against the proxies the generator never used more than "
+            f"{top.rps * top.loadgen_cpu_us_per_req / 1e4:.0f}% of one core "
+            f"({top.target}, {_mode(top.stream)}, {top.conns} connections)."
         )
     return lines
 
 
 def results_table(cells: list[Cell]) -> list[str]:
     rows = [
-        "| target | mode | conns | req/s | p50 ms | p99 ms | p50 TTFB ms | errors "
+        "| target | mode | conns | req/s | req/s range | p50 ms | p99 ms | p50 TTFB ms | errors "
         "| proxy CPU µs/req | upstream CPU µs/req | loadgen CPU µs/req "
         "| proxy RSS MiB | upstream RSS MiB | other load |",
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for c in cells:
         proxy = PROXY_OF[c.target]
-        lo = c.load
-        flag = " (capped)" if lo.capped else ""
+        low, high = c.rps_range
+        flag = " (capped)" if c.capped else ""
         rows.append(
-            f"| {c.target} | {_mode(c.stream)} | {c.conns} | {_num(lo.rps)}{flag} "
-            f"| {_ms(lo.p50_ms)} | {_ms(lo.p99_ms)} | {_ms(lo.ttfb_p50_ms)} | {c.errors} "
+            f"| {c.target} | {_mode(c.stream)} | {c.conns} | {_num(c.rps)}{flag} "
+            f"| {_num(low)}–{_num(high)} "
+            f"| {_ms(c.p50_ms)} | {_ms(c.p99_ms)} | {_ms(c.ttfb_p50_ms)} | {c.errors} "
             f"| {_num(c.cpu_us_per_req[proxy]) if proxy else '—'} "
-            f"| {_num(c.cpu_us_per_req['upstream'])} | {_num(lo.loadgen_cpu_us_per_req)} "
+            f"| {_num(c.cpu_us_per_req['upstream'])} | {_num(c.loadgen_cpu_us_per_req)} "
             f"| {f'{c.rss_mib[proxy]:.1f}' if proxy else '—'} | {c.rss_mib['upstream']:.1f} "
             f"| {c.other_load:.0%}{' ⚠' if c.other_load > NOISY_OTHER_LOAD else ''} |"
         )
@@ -166,8 +223,7 @@ def results_table(cells: list[Cell]) -> list[str]:
 def render(info: RunInfo, cells: list[Cell]) -> str:
     versions = ", ".join(f"{k} {v}" for k, v in info.versions.items())
     errors = [
-        f"- {c.target} {_mode(c.stream)} {c.conns} conns: {c.load.non_2xx} non-2xx, "
-        f"{c.load.errors or 'no transport errors'}"
+        f"- {c.target} {_mode(c.stream)} {c.conns} conns: {c.error_detail()}"
         for c in cells
         if c.errors
     ]
@@ -179,7 +235,8 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         "",
         f"- Machine: {info.cores} cores ({info.cpu_model}), Linux {info.kernel}, "
         f"Python {info.python}; {versions}.",
-        f"- Each cell: {info.warmup_s:g} s warm-up, then {info.duration_s:g} s measured; "
+        f"- Each cell: {info.rounds} round(s) of {info.warmup_s:g} s warm-up + "
+        f"{info.duration_s / info.rounds:g} s measured, targets interleaved round by round; "
         f"closed loop, keep-alive connections, {info.loadgen_procs} generator process(es).",
         "- Everything (generator, upstream, proxy) shares the same cores: read throughput as "
         "relative, side by side, not as what a dedicated host would do.",
@@ -201,8 +258,10 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         "",
         *results_table(cells),
         "",
-        "- **req/s**: responses completed in the measured window / its length.",
-        "- **p50/p99 ms**: request written → last byte of the response read.",
+        "- **req/s**: responses completed in the measured window / its length; the median "
+        "over the rounds, and the **range** of the rounds.",
+        "- **p50/p99 ms**: request written → last byte of the response read (median over "
+        "the rounds of each round's percentile).",
         "- **p50 TTFB ms**: request written → first byte (non-streaming), or → first SSE frame "
         "carrying text (streaming).",
         "- **errors**: non-2xx responses plus transport or framing errors, warm-up included; "

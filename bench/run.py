@@ -1,6 +1,6 @@
 """Run the whole benchmark: upstream direct, passthrough and OLP, side by side in one run.
 
-    python -m bench.run [--quick] [--duration S] [--out docs/performance.md] [--no-olp]
+    python -m bench.run [--quick] [--duration S] [--rounds N] [--out docs/performance.md]
 
 Starts the fake upstream, the passthrough and OLP as separate processes, drives each with
 the load generator (its own process) for every mode and connection count, and writes the
@@ -13,12 +13,9 @@ import argparse
 import datetime
 import importlib.metadata
 import json
-import math
 import os
 import platform
-import resource
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,21 +23,20 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
-import orjson
-
-from bench import procs
-from bench.loadgen import LoadResult
-from bench.payloads import CHAT_PATH, MODEL, TOKEN, request_body
+from bench.measure import Round, measure_round, run_loadgen, to_cell
+from bench.payloads import MODEL, TOKEN
 from bench.report import Cell, RunInfo, render
+from bench.targets import OlpLaunch, Targets
 
 REPO = Path(__file__).resolve().parent.parent
 CONNS = (1, 16, 64)
-PY = sys.executable
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+TARGETS = ("direct", "passthrough", "olp")
+
+
+# --- How OLP runs in the benchmark: the one place to change it. ---------------------------
 
 
 def olp_config(upstream_port: int) -> dict[str, Any]:
-    """OLP's config.json for the run — the one place to change it."""
     return {
         "providers": {
             "bench": {"type": "openai-http", "base_url": f"http://127.0.0.1:{upstream_port}/v1"}
@@ -52,150 +48,70 @@ def olp_config(upstream_port: int) -> dict[str, Any]:
     }
 
 
+def olp_argv(port: int) -> list[str]:
+    return [sys.executable, "-m", "olp", "start", "--host", "127.0.0.1", "--port", str(port)]
+
+
 def olp_env(home: Path) -> dict[str, str]:
     return {"OLP_HOME": str(home), "OLP_OWNER_TOKEN": TOKEN, "OLP_LOG_LEVEL": "warn"}
 
 
-def olp_argv(port: int) -> list[str]:
-    return [PY, "-m", "olp", "start", "--host", "127.0.0.1", "--port", str(port)]
+OLP = OlpLaunch(config=olp_config, argv=olp_argv, env=olp_env)
+
+# -------------------------------------------------------------------------------------------
 
 
-class Bench:
-    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
-        self.args = args
-        self.workdir = workdir
-        self.servers: dict[str, procs.Server] = {}
-        self.urls: dict[str, str] = {}  # target -> chat completions URL
-        self.notes: list[str] = []
-
-    def start_servers(self) -> None:
-        up_port = procs.free_port()
-        base = f"http://127.0.0.1:{up_port}"
-        self._start("upstream", [PY, "-m", "bench.fake_upstream", "--port", str(up_port)], {})
-        procs.wait_ready(self.servers["upstream"], lambda: _ok("GET", base + "/v1/models"))
-        self.urls["direct"] = base + CHAT_PATH
-
-        pt_port = procs.free_port()
-        argv = [PY, "-m", "bench.passthrough", "--port", str(pt_port), "--upstream", base]
-        self._start("passthrough", argv, {})
-        pt_url = f"http://127.0.0.1:{pt_port}{CHAT_PATH}"
-        procs.wait_ready(self.servers["passthrough"], lambda: _ok("POST", pt_url))
-        self.urls["passthrough"] = pt_url
-
-        for target in ("direct", "passthrough"):
-            if problem := smoke_check(self.urls[target]):
-                raise RuntimeError(f"{target} fails its smoke check: {problem}")
-        if not self.args.no_olp:
-            self._start_olp(up_port)
-
-    def _start_olp(self, up_port: int) -> None:
-        home = self.workdir / "olp-home"
-        home.mkdir()
-        (home / "config.json").write_bytes(orjson.dumps(olp_config(up_port)))
-        port = procs.free_port()
-        base = f"http://127.0.0.1:{port}"
-        server = self._start("olp", olp_argv(port), olp_env(home))
-        try:
-            procs.wait_ready(server, lambda: _ok("GET", base + "/health"))
-            if problem := smoke_check(base + CHAT_PATH):
-                raise procs.StartError(f"OLP fails its smoke check: {problem}")
-        except procs.StartError as exc:
-            # The other targets still make a useful report; say why OLP is missing.
-            print(f"OLP not measured: {exc}", file=sys.stderr)
-            self.notes.append(f"OLP not measured: {str(exc).splitlines()[0]}")
-            procs.stop(self.servers.pop("olp"))
-            return
-        self.urls["olp"] = base + CHAT_PATH
-
-    def _start(self, name: str, argv: list[str], env: dict[str, str]) -> procs.Server:
-        server = procs.start(name, argv, self.workdir, env)
-        self.servers[name] = server
-        return server
-
-    def stop_servers(self) -> None:
-        for server in reversed(list(self.servers.values())):
-            procs.stop(server)
-
-    def measure(self, target: str, stream: bool, conns: int) -> Cell:
-        servers = list(self.servers.values())
-        involved = [self.servers["upstream"]]
-        if target != "direct":
-            involved.insert(0, self.servers[target])
-        cpu0 = {s.name: s.cpu_s() for s in servers}
-        ours0 = _children_cpu_s()
-        busy0, wall0 = procs.machine_busy_s(), time.monotonic()
-        load = run_loadgen(self.urls[target], stream, conns, self.args)
-        busy, wall = procs.machine_busy_s() - busy0, time.monotonic() - wall0
-        cpu = {s.name: s.cpu_s() - cpu0[s.name] for s in servers}
-        # What the machine did beyond this run (other tenants, steal): it competes with the
-        # servers under test, so a cell with much of it is noisy.
-        other = busy - sum(cpu.values()) - (_children_cpu_s() - ours0)
-        done = max(load.total_requests, 1)
-        return Cell(
-            target=target,
-            stream=stream,
-            conns=conns,
-            load=load,
-            cpu_us_per_req={s.name: cpu[s.name] / done * 1e6 for s in involved},
-            rss_mib={s.name: s.rss_mib() for s in involved},
-            other_load=max(other, 0.0) / (wall * (os.cpu_count() or 1)),
-        )
+def run_cells(targets: Targets, args: argparse.Namespace) -> list[Cell]:
+    names = [t for t in TARGETS if t in targets.urls]
+    servers = list(targets.servers.values())
+    per_round = args.duration / args.rounds
+    cells = []
+    for stream in (False, True):
+        _prime(targets, names, stream, args)
+        for conns in CONNS:
+            rounds: dict[str, list[Round]] = {t: [] for t in names}
+            for i in range(args.rounds):
+                # Round-robin with a rotating start, so a burst of outside load or a slow
+                # start after the previous target spreads over all targets alike.
+                for target in names[i % len(names) :] + names[: i % len(names)]:
+                    rounds[target].append(
+                        measure_round(
+                            targets.urls[target],
+                            stream,
+                            conns,
+                            args.warmup,
+                            per_round,
+                            args.procs,
+                            servers,
+                            targets.involved(target),
+                        )
+                    )
+                    time.sleep(0.1)  # let closed sockets drain before the next round
+            for target in names:
+                cells.append(to_cell(target, stream, conns, rounds[target]))
+                _progress(cells[-1])
+    return cells
 
 
-def _children_cpu_s() -> float:
-    """CPU of reaped children: the load generators (and their shards) run so far."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
+def _prime(targets: Targets, names: list[str], stream: bool, args: argparse.Namespace) -> None:
+    """Unmeasured load on every target first: lazy imports, pools, first-call paths."""
+    for target in names:
+        load = run_loadgen(targets.urls[target], stream, 16, args.warmup, 0.5, 1)
+        if load.non_2xx or load.errors:
+            targets.notes.append(
+                f"priming {target} ({'streaming' if stream else 'non-streaming'}) saw "
+                f"{load.non_2xx} non-2xx and {load.errors or 'no other'} errors"
+            )
 
 
-def _ok(method: str, url: str) -> bool:
-    body = request_body(stream=False) if method == "POST" else None
-    return procs.http(method, url, body, AUTH)[0] == 200
-
-
-def smoke_check(url: str) -> str | None:
-    """One request per mode before any load: what is wrong, or None."""
-    status, body = procs.http("POST", url, request_body(stream=False), AUTH)
-    if status != 200:
-        return f"non-streaming: HTTP {status}: {body[:300]!r}"
-    try:
-        content = orjson.loads(body)["choices"][0]["message"]["content"]
-    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
-        return f"non-streaming: not a chat completion: {body[:300]!r}"
-    if not content:
-        return "non-streaming: empty content"
-    status, body = procs.http("POST", url, request_body(stream=True), AUTH)
-    if status != 200:
-        return f"streaming: HTTP {status}: {body[:300]!r}"
-    if b'"content":"' not in body or not body.rstrip().endswith(b"data: [DONE]"):
-        return f"streaming: not an SSE chat stream ending in [DONE]: {body[-300:]!r}"
-    return None
-
-
-def run_loadgen(url: str, stream: bool, conns: int, args: argparse.Namespace) -> LoadResult:
-    argv = [PY, "-m", "bench.loadgen", "--url", url, "--conns", str(conns)]
-    argv += ["--duration", str(args.duration), "--warmup", str(args.warmup)]
-    argv += ["--procs", str(args.procs)] + (["--stream"] if stream else [])
-    # Its own session, so a failure here can kill the generator and any shard it spawned.
-    proc = subprocess.Popen(
-        argv,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
+def _progress(c: Cell) -> None:
+    print(
+        f"{c.target:>11} {'stream' if c.stream else 'json':>6} {c.conns:>3} conns: "
+        f"{c.rps:>9,.0f} req/s  p50 {c.p50_ms:.3f} ms  p99 {c.p99_ms:.3f} ms  "
+        f"errors {c.errors}  other load {c.other_load:.0%}",
+        file=sys.stderr,
+        flush=True,
     )
-    try:
-        out, err = proc.communicate(timeout=args.warmup + args.duration + 60)
-    except BaseException:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        raise
-    if proc.returncode != 0:
-        raise RuntimeError(f"load generator failed ({proc.returncode}): {err.decode()[-2000:]}")
-    raw: dict[str, Any] = orjson.loads(out.splitlines()[-1])
-    # orjson writes NaN as null; the report expects NaN for "not measured".
-    fields: dict[str, Any] = {k: math.nan if v is None else v for k, v in raw.items()}
-    return LoadResult(**fields)
 
 
 def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
@@ -210,10 +126,9 @@ def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
             versions[dist] = importlib.metadata.version(dist)
         except importlib.metadata.PackageNotFoundError:
             versions[dist] = "absent"
-    now = datetime.datetime.now(datetime.UTC)
     return RunInfo(
-        date=now.strftime("%Y-%m-%d %H:%M UTC"),
-        command=" ".join(["python -m bench.run", *argv]).strip(),
+        date=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        command=" ".join(["python -m bench.run", *argv]),
         cores=os.cpu_count() or 0,
         cpu_model=model,
         kernel=platform.release(),
@@ -221,26 +136,27 @@ def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
         versions=versions,
         warmup_s=args.warmup,
         duration_s=args.duration,
+        rounds=args.rounds,
         loadgen_procs=args.procs,
     )
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="short cells: a smoke run")
-    parser.add_argument("--duration", type=float, help="measured seconds per cell")
-    parser.add_argument("--warmup", type=float, help="unmeasured seconds per cell")
+    parser.add_argument("--quick", action="store_true", help="a short smoke run")
+    parser.add_argument("--duration", type=float, help="measured seconds per cell (all rounds)")
+    parser.add_argument("--rounds", type=int, help="rounds each cell's duration is split into")
+    parser.add_argument("--warmup", type=float, help="unmeasured seconds before each round")
     parser.add_argument("--procs", type=int, default=1, help="load generator processes")
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md")
-    parser.add_argument(
-        "--raw-dir", type=Path, default=REPO / "bench" / "results", help="raw JSON per run"
-    )
+    parser.add_argument("--raw-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
-    if args.duration is None:
-        args.duration = 1.0 if args.quick else 5.0
-    if args.warmup is None:
-        args.warmup = 0.3 if args.quick else 1.0
+    quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3}
+    full = {"duration": 5.0, "rounds": 5, "warmup": 0.3}
+    for key, value in (quick if args.quick else full).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
     return args
 
 
@@ -249,28 +165,27 @@ def _exit_on_sigterm(signum: int, _frame: object) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    try:
+        _main(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        print("interrupted: every child process was stopped", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+def _main(argv: list[str]) -> None:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     info = machine_info(args, argv)
-    cells: list[Cell] = []
+    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="olp-bench-") as tmp:
-        bench = Bench(args, Path(tmp))
+        targets = Targets(Path(tmp))
         try:
-            bench.start_servers()
-            targets = [t for t in ("direct", "passthrough", "olp") if t in bench.urls]
-            # Targets interleave inside each (mode, conns) so that drift over the run
-            # (thermal, other tenants) hits the three columns alike.
-            for stream in (False, True):
-                for conns in CONNS:
-                    for target in targets:
-                        cell = bench.measure(target, stream, conns)
-                        cells.append(cell)
-                        _progress(cell)
-                        time.sleep(0.2)  # let sockets drain before the next cell
+            targets.start(None if args.no_olp else OLP)
+            cells = run_cells(targets, args)
         finally:
-            bench.stop_servers()
-    info.notes += bench.notes
+            targets.stop()
+    info.notes += targets.notes
+    info.notes.append(f"the run took {time.monotonic() - started:.0f} s")
     report = render(info, cells)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(report)
@@ -278,18 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     print(report)
 
 
-def _progress(c: Cell) -> None:
-    lo = c.load
-    print(
-        f"{c.target:>11} {'stream' if c.stream else 'json':>6} {c.conns:>3} conns: "
-        f"{lo.rps:>9,.0f} req/s  p50 {lo.p50_ms:.3f} ms  p99 {lo.p99_ms:.3f} ms  "
-        f"errors {c.errors}  other load {c.other_load:.0%}",
-        file=sys.stderr,
-        flush=True,
-    )
-
-
 def _write_raw(raw_dir: Path, info: RunInfo, cells: list[Cell]) -> None:
+    """Every round's numbers, for anyone who wants more than the medians (git-ignored)."""
     raw_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     payload = {"info": asdict(info), "cells": [asdict(c) for c in cells]}

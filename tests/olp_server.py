@@ -31,7 +31,7 @@ def write_config(home: Path, config: Mapping[str, Any] | None) -> None:
         (home / "config.json").write_bytes(orjson.dumps(config))
 
 
-def test_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+def server_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {"OLP_HOME": str(home), "OLP_OWNER_TOKEN": OWNER_TOKEN, "OLP_LOG_LEVEL": "warn"}
     env.update(extra or {})
     return env
@@ -48,9 +48,15 @@ class ThreadServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
-            uvicorn.Config(self.app, loop="asyncio", http="httptools", lifespan="on",
-                           log_level="warning", access_log=False,
-                           timeout_graceful_shutdown=5)
+            uvicorn.Config(
+                self.app,
+                loop="asyncio",
+                http="httptools",
+                lifespan="on",
+                log_level="warning",
+                access_log=False,
+                timeout_graceful_shutdown=5,
+            )
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -84,12 +90,14 @@ class ThreadServer:
 
 @contextmanager
 def olp_server(
-    tmp_path: Path, config: Mapping[str, Any] | None, env: Mapping[str, str] | None = None,
+    tmp_path: Path,
+    config: Mapping[str, Any] | None,
+    env: Mapping[str, str] | None = None,
     **app_kwargs: Any,
 ) -> Iterator[ThreadServer]:
     home = tmp_path / "olp-home"
     write_config(home, config)
-    cfg = load_config(test_env(home, env), detect_local_servers=False)
+    cfg = load_config(server_env(home, env), detect_local_servers=False)
     with ThreadServer(cfg, **app_kwargs) as server:
         yield server
 
@@ -107,18 +115,23 @@ class ProcessServer:
         self.home = home
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, **test_env(home), "OLP_PORT": str(self.port), **(env or {})}
+        self.env = {**os.environ, **server_env(home), "OLP_PORT": str(self.port), **(env or {})}
         self.proc: subprocess.Popen[str] | None = None
 
     def __enter__(self) -> ProcessServer:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "olp", "start"], env=self.env, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "olp", "start"],
+            env=self.env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
         )
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"olp start exited: {self.proc.stderr.read() if self.proc.stderr else ''}")
+                raise RuntimeError(
+                    f"olp start exited: {self.proc.stderr.read() if self.proc.stderr else ''}"
+                )
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=0.5).status_code == 200:
                     return self

@@ -21,18 +21,28 @@ AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
 def olp(tmp_path: Path, upstream: FakeUpstream) -> Iterator[ThreadServer]:
     config = {
         "server": {"max_body_bytes": 4096},
-        "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url,
-                             "models": ["m"]}},
+        "providers": {
+            "up": {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+        },
     }
     with olp_server(tmp_path, config) as server:
         yield server
 
 
-def post(server: ThreadServer, content: bytes | None = None, *, json: Any = None,
-         headers: dict[str, str] | None = None) -> httpx.Response:
-    return httpx.post(f"{server.base_url}/v1/chat/completions", content=content, json=json,
-                      headers=headers if headers is not None else
-                      {**AUTH, "content-type": "application/json"}, timeout=10)
+def post(
+    server: ThreadServer,
+    content: bytes | None = None,
+    *,
+    json: Any = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        content=content,
+        json=json,
+        headers=headers if headers is not None else {**AUTH, "content-type": "application/json"},
+        timeout=10,
+    )
 
 
 def error_of(resp: httpx.Response) -> dict[str, Any]:
@@ -53,22 +63,37 @@ def error_of(resp: httpx.Response) -> dict[str, Any]:
         (b'{"messages": [{"role": "user", "content": "x"}]}', "model", "model"),
         (b'{"model": "m"}', "messages", "messages"),
         (b'{"model": "m", "messages": []}', "messages", "messages"),
-        (b'{"model": "m", "messages": [{"role": "wizard", "content": "x"}]}',
-         "messages[0].role", "role"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": 5}]}',
-         "messages[0].content", "content"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
-         "temperature", "temperature"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": true}',
-         "max_tokens", "max_tokens"),
+        (
+            b'{"model": "m", "messages": [{"role": "wizard", "content": "x"}]}',
+            "messages[0].role",
+            "role",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": 5}]}',
+            "messages[0].content",
+            "content",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "temperature": "hot"}',
+            "temperature",
+            "temperature",
+        ),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": true}',
+            "max_tokens",
+            "max_tokens",
+        ),
         (b'{"model": 7, "messages": [{"role": "user", "content": "x"}]}', "model", "model"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
-         "stream", "stream"),
+        (
+            b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": "yes"}',
+            "stream",
+            "stream",
+        ),
     ],
 )
-def test_invalid_body_is_400_naming_the_field(olp: ThreadServer, upstream: FakeUpstream,
-                                              body: bytes, param: str | None,
-                                              fragment: str) -> None:
+def test_invalid_body_is_400_naming_the_field(
+    olp: ThreadServer, upstream: FakeUpstream, body: bytes, param: str | None, fragment: str
+) -> None:
     resp = post(olp, body)
     assert resp.status_code == 400
     err = error_of(resp)
@@ -93,8 +118,11 @@ def test_chunked_body_over_the_limit_is_413(olp: ThreadServer) -> None:
         for _ in range(10):
             yield b"x" * 1000
 
-    resp = httpx.post(f"{olp.base_url}/v1/chat/completions", content=pieces(),
-                      headers={**AUTH, "content-type": "application/json"})
+    resp = httpx.post(
+        f"{olp.base_url}/v1/chat/completions",
+        content=pieces(),
+        headers={**AUTH, "content-type": "application/json"},
+    )
     assert resp.status_code == 413
 
 
@@ -124,8 +152,10 @@ def test_missing_token_is_401(olp: ThreadServer) -> None:
     assert resp.headers["x-olp-provider-used"] == "none"
 
 
-@pytest.mark.parametrize("headers", [{"authorization": "Bearer wrong"}, {"x-api-key": "wrong"},
-                                     {"authorization": "Basic abc"}])
+@pytest.mark.parametrize(
+    "headers",
+    [{"authorization": "Bearer wrong"}, {"x-api-key": "wrong"}, {"authorization": "Basic abc"}],
+)
 def test_bad_token_is_401(olp: ThreadServer, headers: dict[str, str]) -> None:
     resp = post(olp, json={"model": "m", "messages": []}, headers=headers)
     assert resp.status_code == 401
@@ -133,8 +163,11 @@ def test_bad_token_is_401(olp: ThreadServer, headers: dict[str, str]) -> None:
 
 
 def test_x_api_key_works(olp: ThreadServer) -> None:
-    resp = post(olp, json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
-                headers={"x-api-key": OWNER_TOKEN})
+    resp = post(
+        olp,
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        headers={"x-api-key": OWNER_TOKEN},
+    )
     assert resp.status_code == 200
 
 
@@ -155,18 +188,23 @@ def test_health_is_public_and_owner_gets_detail(olp: ThreadServer) -> None:
 
 
 def test_anonymous_allowed_by_config(tmp_path: Path, upstream: FakeUpstream) -> None:
-    config = {"auth": {"allow_anonymous": True},
-              "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url,
-                                   "models": ["m"]}}}
+    config = {
+        "auth": {"allow_anonymous": True},
+        "providers": {
+            "up": {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+        },
+    }
     with olp_server(tmp_path, config) as server:
-        resp = httpx.post(f"{server.base_url}/v1/chat/completions",
-                          json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "x"}]},
+        )
     assert resp.status_code == 200
 
 
 def test_client_disconnect_cancels_the_upstream(olp: ThreadServer, upstream: FakeUpstream) -> None:
     upstream.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.5))
-    body = (b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}')
+    body = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     request = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
         f"authorization: Bearer {OWNER_TOKEN}\r\ncontent-type: application/json\r\n"
@@ -181,9 +219,11 @@ def test_client_disconnect_cancels_the_upstream(olp: ThreadServer, upstream: Fak
 def test_slow_client_body_does_not_block_others(olp: ThreadServer) -> None:
     """A client that sends half a body and stalls holds only its own connection."""
     with socket.create_connection(("127.0.0.1", olp.port)) as stalled:
-        stalled.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-                        b"content-type: application/json\r\ncontent-length: 100\r\n"
-                        b"authorization: Bearer " + OWNER_TOKEN.encode() + b"\r\n\r\n{")
+        stalled.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: application/json\r\ncontent-length: 100\r\n"
+            b"authorization: Bearer " + OWNER_TOKEN.encode() + b"\r\n\r\n{"
+        )
         started = time.perf_counter()
         resp = post(olp, json={"model": "m", "messages": [{"role": "user", "content": "x"}]})
         assert resp.status_code == 200
@@ -191,15 +231,20 @@ def test_slow_client_body_does_not_block_others(olp: ThreadServer) -> None:
 
 
 def test_stalled_body_gets_408(tmp_path: Path, upstream: FakeUpstream) -> None:
-    config = {"server": {"body_timeout_s": 0.3},
-              "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url}}}
-    with olp_server(tmp_path, config) as server, socket.create_connection(
-        ("127.0.0.1", server.port)
-    ) as sock:
+    config = {
+        "server": {"body_timeout_s": 0.3},
+        "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url}},
+    }
+    with (
+        olp_server(tmp_path, config) as server,
+        socket.create_connection(("127.0.0.1", server.port)) as sock,
+    ):
         sock.settimeout(5)
-        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
-                     b"content-type: application/json\r\ncontent-length: 100\r\n"
-                     b"authorization: Bearer " + OWNER_TOKEN.encode() + b"\r\n\r\n{")
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
+            b"content-type: application/json\r\ncontent-length: 100\r\n"
+            b"authorization: Bearer " + OWNER_TOKEN.encode() + b"\r\n\r\n{"
+        )
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 408")
     assert b"request_timeout" in reply

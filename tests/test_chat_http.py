@@ -20,8 +20,11 @@ WEATHER_TOOL = {
     "function": {
         "name": "get_weather",
         "description": "Weather for a city",
-        "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
-                       "required": ["city"]},
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string"}},
+            "required": ["city"],
+        },
     },
 }
 
@@ -35,8 +38,9 @@ def kind(request: pytest.FixtureRequest) -> str:
 def olp(tmp_path: Path, upstream: FakeUpstream, kind: str) -> Iterator[ThreadServer]:
     base = upstream.openai_base_url if kind == "openai-http" else upstream.base_url
     config = {
-        "providers": {"up": {"type": kind, "base_url": base, "api_key_env": "UP_KEY",
-                             "models": ["model-a"]}},
+        "providers": {
+            "up": {"type": kind, "base_url": base, "api_key_env": "UP_KEY", "models": ["model-a"]}
+        },
         "routing": {"chains": {"smart": [{"provider": "up", "model": "model-a"}]}},
     }
     with olp_server(tmp_path, config, {"UP_KEY": "sk-upstream"}) as server:
@@ -52,9 +56,12 @@ def test_plain_answer(client: openai.OpenAI, upstream: FakeUpstream, kind: str) 
     upstream.script(Text("Hello there, friend."))
     done = client.chat.completions.create(
         model="smart",
-        messages=[{"role": "system", "content": "Be brief."},
-                  {"role": "user", "content": "Say hello"}],
-        temperature=0.2, max_tokens=50,
+        messages=[
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Say hello"},
+        ],
+        temperature=0.2,
+        max_tokens=50,
     )
     assert done.choices[0].message.content == "Hello there, friend."
     assert done.choices[0].finish_reason == "stop"
@@ -73,15 +80,21 @@ def test_plain_answer(client: openai.OpenAI, upstream: FakeUpstream, kind: str) 
 def test_streamed_token_by_token(client: openai.OpenAI, upstream: FakeUpstream) -> None:
     upstream.script(Text("one two three four", chunks=4))
     stream = client.chat.completions.create(
-        model="smart", messages=[{"role": "user", "content": "count"}], stream=True,
+        model="smart",
+        messages=[{"role": "user", "content": "count"}],
+        stream=True,
         stream_options={"include_usage": True},
     )
     chunks = list(stream)
-    pieces = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    pieces = [
+        c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+    ]
     assert len(pieces) >= 4
     assert "".join(pieces) == "one two three four"
     assert chunks[-1].usage is not None and chunks[-1].usage.total_tokens > 0
-    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    finishes = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert finishes == ["stop"]
 
 
@@ -91,9 +104,11 @@ def test_stream_arrives_as_the_upstream_writes(olp: ThreadServer, upstream: Fake
     started = time.perf_counter()
     first_at = None
     with httpx.stream(
-        "POST", f"{olp.base_url}/v1/chat/completions",
+        "POST",
+        f"{olp.base_url}/v1/chat/completions",
         json={"model": "smart", "stream": True, "messages": [{"role": "user", "content": "x"}]},
-        headers={"authorization": f"Bearer {OWNER_TOKEN}"}, timeout=10,
+        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+        timeout=10,
     ) as resp:
         for line in resp.iter_lines():
             if first_at is None and '"content"' in line:
@@ -105,14 +120,18 @@ def test_stream_arrives_as_the_upstream_writes(olp: ThreadServer, upstream: Fake
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_calls(client: openai.OpenAI, upstream: FakeUpstream, kind: str, stream: bool) -> None:
-    upstream.script(ToolCalls([("get_weather", '{"city": "Paris"}'),
-                               ("get_weather", '{"city": "Oslo"}')]))
+    upstream.script(
+        ToolCalls([("get_weather", '{"city": "Paris"}'), ("get_weather", '{"city": "Oslo"}')])
+    )
     messages: Any = [{"role": "user", "content": "Weather in Paris and Oslo?"}]
     if stream:
         calls: dict[int, dict[str, str]] = {}
         finish = None
         for chunk in client.chat.completions.create(
-            model="smart", messages=messages, tools=[WEATHER_TOOL], stream=True  # type: ignore[list-item]
+            model="smart",
+            messages=messages,
+            tools=[WEATHER_TOOL],
+            stream=True,  # type: ignore[list-item]
         ):
             if not chunk.choices:
                 continue
@@ -128,11 +147,15 @@ def test_tool_calls(client: openai.OpenAI, upstream: FakeUpstream, kind: str, st
         assert all(c["id"] for c in calls.values())
     else:
         done = client.chat.completions.create(
-            model="smart", messages=messages, tools=[WEATHER_TOOL]  # type: ignore[list-item]
+            model="smart",
+            messages=messages,
+            tools=[WEATHER_TOOL],  # type: ignore[list-item]
         )
         finish = done.choices[0].finish_reason
-        got = [(c.function.name, json.loads(c.function.arguments))
-               for c in done.choices[0].message.tool_calls or []]  # type: ignore[union-attr]
+        got = [
+            (c.function.name, json.loads(c.function.arguments))
+            for c in done.choices[0].message.tool_calls or []
+        ]  # type: ignore[union-attr]
     assert got == [("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Oslo"})]
     assert finish == "tool_calls"
     sent = upstream.requests[0].json
@@ -150,17 +173,29 @@ def test_tool_result_round_trip(client: openai.OpenAI, upstream: FakeUpstream, k
         tools=[WEATHER_TOOL],  # type: ignore[list-item]
         messages=[
             {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'}}]},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Paris"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 24C"},
         ],
     )
     assert done.choices[0].message.content == "It is sunny in Paris."
     sent = upstream.requests[0].json["messages"]
     if kind == "anthropic-http":
-        assert sent[1]["content"][0] == {"type": "tool_use", "id": "call_1",
-                                         "name": "get_weather", "input": {"city": "Paris"}}
+        assert sent[1]["content"][0] == {
+            "type": "tool_use",
+            "id": "call_1",
+            "name": "get_weather",
+            "input": {"city": "Paris"},
+        }
         assert sent[2]["role"] == "user"
         assert sent[2]["content"][0]["type"] == "tool_result"
         assert sent[2]["content"][0]["tool_use_id"] == "call_1"
@@ -168,28 +203,40 @@ def test_tool_result_round_trip(client: openai.OpenAI, upstream: FakeUpstream, k
         assert sent[2] == {"role": "tool", "tool_call_id": "call_1", "content": "sunny, 24C"}
 
 
-def test_image_parts_reach_the_upstream(client: openai.OpenAI, upstream: FakeUpstream,
-                                        kind: str) -> None:
+def test_image_parts_reach_the_upstream(
+    client: openai.OpenAI, upstream: FakeUpstream, kind: str
+) -> None:
     pixel = "data:image/png;base64,iVBORw0KGgo="
     client.chat.completions.create(
         model="smart",
-        messages=[{"role": "user", "content": [
-            {"type": "text", "text": "What is this?"},
-            {"type": "image_url", "image_url": {"url": pixel}}]}],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is this?"},
+                    {"type": "image_url", "image_url": {"url": pixel}},
+                ],
+            }
+        ],
     )
     content = upstream.requests[0].json["messages"][0]["content"]
     if kind == "anthropic-http":
         image = next(p for p in content if p["type"] == "image")
-        assert image["source"] == {"type": "base64", "media_type": "image/png",
-                                   "data": "iVBORw0KGgo="}
+        assert image["source"] == {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": "iVBORw0KGgo=",
+        }
     else:
         assert content[1] == {"type": "image_url", "image_url": {"url": pixel}}
 
 
-def test_direct_provider_address_and_declared_model(client: openai.OpenAI,
-                                                    upstream: FakeUpstream) -> None:
-    client.chat.completions.create(model="up/another-model",
-                                   messages=[{"role": "user", "content": "x"}])
+def test_direct_provider_address_and_declared_model(
+    client: openai.OpenAI, upstream: FakeUpstream
+) -> None:
+    client.chat.completions.create(
+        model="up/another-model", messages=[{"role": "user", "content": "x"}]
+    )
     client.chat.completions.create(model="model-a", messages=[{"role": "user", "content": "x"}])
     assert [r.json["model"] for r in upstream.requests] == ["another-model", "model-a"]
 
@@ -200,14 +247,25 @@ def test_models_lists_chains_and_declared_models(client: openai.OpenAI) -> None:
 
 
 def test_every_chat_response_has_olp_headers(olp: ThreadServer, upstream: FakeUpstream) -> None:
-    ok = httpx.post(f"{olp.base_url}/v1/chat/completions",
-                    json={"model": "smart", "messages": [{"role": "user", "content": "x"}]},
-                    headers={"authorization": f"Bearer {OWNER_TOKEN}"})
-    bad = httpx.post(f"{olp.base_url}/v1/chat/completions", json={"model": "smart"},
-                     headers={"authorization": f"Bearer {OWNER_TOKEN}"})
+    ok = httpx.post(
+        f"{olp.base_url}/v1/chat/completions",
+        json={"model": "smart", "messages": [{"role": "user", "content": "x"}]},
+        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+    )
+    bad = httpx.post(
+        f"{olp.base_url}/v1/chat/completions",
+        json={"model": "smart"},
+        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+    )
     for resp in (ok, bad):
-        for name in ("x-olp-provider-used", "x-olp-model-used", "x-olp-fallback-hops",
-                     "x-olp-cache", "x-olp-latency-ms", "x-olp-request-id"):
+        for name in (
+            "x-olp-provider-used",
+            "x-olp-model-used",
+            "x-olp-fallback-hops",
+            "x-olp-cache",
+            "x-olp-latency-ms",
+            "x-olp-request-id",
+        ):
             assert name in resp.headers, (resp.status_code, name)
     assert ok.headers["x-olp-provider-used"] == "up"
     assert bad.headers["x-olp-provider-used"] == "none"

@@ -28,16 +28,26 @@ def two_hop_config(alpha: FakeUpstream, beta: FakeUpstream | str, **extra: Any) 
     beta_url = beta if isinstance(beta, str) else beta.openai_base_url
     return {
         "providers": {
-            "alpha": {"type": "openai-http", "base_url": alpha.openai_base_url,
-                      "timeouts": TIMEOUTS, "models": ["m-alpha", "m-alpha-2"]},
+            "alpha": {
+                "type": "openai-http",
+                "base_url": alpha.openai_base_url,
+                "timeouts": TIMEOUTS,
+                "models": ["m-alpha", "m-alpha-2"],
+            },
             "beta": {"type": "openai-http", "base_url": beta_url, "timeouts": TIMEOUTS},
         },
-        "routing": {"chains": {
-            "chat": [{"provider": "alpha", "model": "m-alpha"},
-                     {"provider": "beta", "model": "m-beta"}],
-            "chat2": [{"provider": "alpha", "model": "m-alpha-2"},
-                      {"provider": "beta", "model": "m-beta"}],
-        }},
+        "routing": {
+            "chains": {
+                "chat": [
+                    {"provider": "alpha", "model": "m-alpha"},
+                    {"provider": "beta", "model": "m-beta"},
+                ],
+                "chat2": [
+                    {"provider": "alpha", "model": "m-alpha-2"},
+                    {"provider": "beta", "model": "m-beta"},
+                ],
+            }
+        },
         **extra,
     }
 
@@ -62,8 +72,9 @@ def olp(tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream) -> Iterator[Thr
 
 def post(server: ThreadServer, body: dict[str, Any], **kw: Any) -> httpx.Response:
     headers = {"authorization": f"Bearer {OWNER_TOKEN}", **kw.pop("headers", {})}
-    return httpx.post(f"{server.base_url}/v1/chat/completions", json=body, headers=headers,
-                      timeout=10, **kw)
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=body, headers=headers, timeout=10, **kw
+    )
 
 
 def ask(model: str = "chat", stream: bool = False) -> dict[str, Any]:
@@ -75,8 +86,9 @@ def detail(resp: httpx.Response) -> list[dict[str, Any]]:
     return value
 
 
-def test_primary_serves_with_zero_hops(olp: ThreadServer, alpha: FakeUpstream,
-                                       beta: FakeUpstream) -> None:
+def test_primary_serves_with_zero_hops(
+    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
     alpha.script(Text("from alpha"))
     resp = post(olp, ask())
     assert resp.status_code == 200
@@ -92,11 +104,27 @@ def test_primary_serves_with_zero_hops(olp: ThreadServer, alpha: FakeUpstream,
 @pytest.mark.parametrize(
     ("behaviour", "code"),
     [
-        (Status(429, {"error": {"message": "slow down", "type": "rate_limit"}},
-                {"retry-after": "20"}), "RATE_LIMITED"),
-        (Status(429, {"error": {"message": "You exceeded your current quota",
-                                "type": "insufficient_quota", "code": "insufficient_quota"}}),
-         "QUOTA_EXHAUSTED"),
+        (
+            Status(
+                429,
+                {"error": {"message": "slow down", "type": "rate_limit"}},
+                {"retry-after": "20"},
+            ),
+            "RATE_LIMITED",
+        ),
+        (
+            Status(
+                429,
+                {
+                    "error": {
+                        "message": "You exceeded your current quota",
+                        "type": "insufficient_quota",
+                        "code": "insufficient_quota",
+                    }
+                },
+            ),
+            "QUOTA_EXHAUSTED",
+        ),
         (Status(529, {"error": {"message": "overloaded"}}), "OVERLOADED"),
         (Status(503, {"error": {"message": "overloaded"}}), "OVERLOADED"),
         (Status(500, {"error": {"message": "boom"}}), "UPSTREAM_ERROR"),
@@ -107,7 +135,11 @@ def test_primary_serves_with_zero_hops(olp: ThreadServer, alpha: FakeUpstream,
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_fallback_triggers_move_to_next_hop(
-    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream, behaviour: Any, code: str,
+    olp: ThreadServer,
+    alpha: FakeUpstream,
+    beta: FakeUpstream,
+    behaviour: Any,
+    code: str,
     stream: bool,
 ) -> None:
     alpha.script(behaviour)
@@ -142,8 +174,9 @@ def test_transport_failure_falls_back(tmp_path: Path, beta: FakeUpstream) -> Non
     assert detail(resp)[0]["code"] == "TRANSPORT"
 
 
-def test_rate_limit_cools_that_model_down(olp: ThreadServer, alpha: FakeUpstream,
-                                          beta: FakeUpstream) -> None:
+def test_rate_limit_cools_that_model_down(
+    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
     alpha.script(Status(429, {"error": {"message": "slow down"}}, {"retry-after": "30"}))
     assert post(olp, ask()).headers["x-olp-provider-used"] == "beta"
     # Same provider+model is skipped without a request...
@@ -175,8 +208,9 @@ def test_overload_does_not_cool_down(olp: ThreadServer, alpha: FakeUpstream) -> 
 
 
 @pytest.mark.parametrize("status", [401, 403])
-def test_upstream_auth_failure_is_502_and_stops(olp: ThreadServer, alpha: FakeUpstream,
-                                                beta: FakeUpstream, status: int) -> None:
+def test_upstream_auth_failure_is_502_and_stops(
+    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream, status: int
+) -> None:
     alpha.script(Status(status, {"error": {"message": "bad key"}}))
     resp = post(olp, ask())
     assert resp.status_code == 502
@@ -189,8 +223,9 @@ def test_upstream_auth_failure_is_502_and_stops(olp: ThreadServer, alpha: FakeUp
 
 
 @pytest.mark.parametrize("status", [400, 404, 413, 422])
-def test_upstream_invalid_request_passes_through(olp: ThreadServer, alpha: FakeUpstream,
-                                                 beta: FakeUpstream, status: int) -> None:
+def test_upstream_invalid_request_passes_through(
+    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream, status: int
+) -> None:
     alpha.script(Status(status, {"error": {"message": "messages too long", "param": "messages"}}))
     resp = post(olp, ask())
     assert resp.status_code == status
@@ -207,11 +242,13 @@ def test_death_after_first_content_truncates_without_fallback(
     alpha.script(DieMidStream(after_chunks=2))
     client = openai.OpenAI(base_url=f"{olp.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
     raw = client.chat.completions.with_raw_response.create(
-        model="chat", messages=[{"role": "user", "content": "hi"}], stream=True)
+        model="chat", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
     chunks = list(raw.parse())
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    finish = [c.choices[0].finish_reason for c in chunks if c.choices and
-              c.choices[0].finish_reason]
+    finish = [
+        c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason
+    ]
     assert text  # the partial content the client already has
     assert finish == ["length"]
     assert raw.headers["x-olp-provider-used"] == "alpha"
@@ -245,8 +282,9 @@ def test_exhaustion_returns_first_error_with_retry_after(
     assert [d["code"] for d in detail(resp)] == ["UPSTREAM_ERROR", "OVERLOADED"]
 
 
-def test_exhaustion_on_rate_limits_is_429(olp: ThreadServer, alpha: FakeUpstream,
-                                          beta: FakeUpstream) -> None:
+def test_exhaustion_on_rate_limits_is_429(
+    olp: ThreadServer, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
     alpha.script(Status(429, {"error": {"message": "a"}}, {"retry-after": "40"}))
     beta.script(Status(429, {"error": {"message": "b"}}, {"retry-after": "12"}))
     resp = post(olp, ask())
@@ -260,8 +298,9 @@ def test_exhaustion_on_rate_limits_is_429(olp: ThreadServer, alpha: FakeUpstream
     assert 1 <= int(again.headers["retry-after"]) <= 12
 
 
-def test_detail_header_is_owner_only_by_default(tmp_path: Path, alpha: FakeUpstream,
-                                                beta: FakeUpstream) -> None:
+def test_detail_header_is_owner_only_by_default(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
     config = two_hop_config(alpha, beta, auth={"fallback_detail_header_policy": "none"})
     alpha.script(Status(500, {"error": {"message": "x"}}))
     with olp_server(tmp_path, config) as server:
@@ -276,10 +315,16 @@ def test_heartbeat_keeps_stream_alive_while_falling_back(
     config = two_hop_config(alpha, beta, server={"heartbeat_interval_ms": 100})
     alpha.script(Hang(3.0))  # abandoned at first_byte_ms=400 → beta
     beta.script(Text("after the wait"))
-    with olp_server(tmp_path, config) as server, httpx.stream(
-        "POST", f"{server.base_url}/v1/chat/completions", json=ask(stream=True),
-        headers={"authorization": f"Bearer {OWNER_TOKEN}"}, timeout=10,
-    ) as resp:
+    with (
+        olp_server(tmp_path, config) as server,
+        httpx.stream(
+            "POST",
+            f"{server.base_url}/v1/chat/completions",
+            json=ask(stream=True),
+            headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+            timeout=10,
+        ) as resp,
+    ):
         assert resp.status_code == 200
         body = resp.read().decode()
     assert body.startswith(": keepalive\n\n")
@@ -302,10 +347,16 @@ def test_heartbeat_then_exhaustion_sends_error_frame(
     config = two_hop_config(alpha, beta, server={"heartbeat_interval_ms": 100})
     alpha.script(Hang(3.0))
     beta.script(Hang(3.0))
-    with olp_server(tmp_path, config) as server, httpx.stream(
-        "POST", f"{server.base_url}/v1/chat/completions", json=ask(stream=True),
-        headers={"authorization": f"Bearer {OWNER_TOKEN}"}, timeout=10,
-    ) as resp:
+    with (
+        olp_server(tmp_path, config) as server,
+        httpx.stream(
+            "POST",
+            f"{server.base_url}/v1/chat/completions",
+            json=ask(stream=True),
+            headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+            timeout=10,
+        ) as resp,
+    ):
         body = resp.read().decode()
     frames = [line for line in body.splitlines() if line.startswith("data: ")]
     error = json.loads(frames[-1].removeprefix("data: "))["error"]

@@ -11,13 +11,23 @@ from olp.registry import RISK_TIERS, Registry, load_registry, registry_from_json
 
 # Provider types named in DESIGN §3 (copied here: tests never read ../shared).
 DESIGN_TYPES = (
-    "openai-http", "anthropic-http", "claude-cli", "codex-cli", "vibe-cli", "gemini-cli",
+    "openai-http",
+    "anthropic-http",
+    "claude-cli",
+    "codex-cli",
+    "vibe-cli",
+    "gemini-cli",
     "qwen-cli",
 )
 # From the seeds' README "Risk tier guide".
 EXPECTED_TIERS = {
-    "claude-cli": "D", "codex-cli": "D", "vibe-cli": "D", "gemini-cli": "C", "qwen-cli": "B",
-    "openai-http": "D", "anthropic-http": "D",
+    "claude-cli": "D",
+    "codex-cli": "D",
+    "vibe-cli": "D",
+    "gemini-cli": "C",
+    "qwen-cli": "B",
+    "openai-http": "D",
+    "anthropic-http": "D",
 }
 
 
@@ -47,10 +57,14 @@ def test_every_vendor_has_models(registry: Registry) -> None:
 @pytest.mark.parametrize(
     ("alias", "canonical"),
     [
-        ("opus", "claude-opus-4-1"), ("sonnet", "claude-sonnet-4-5"),
-        ("haiku", "claude-haiku-4-5"), ("devstral", "devstral-medium-latest"),
-        ("gemini-pro", "gemini-2.5-pro"), ("gemini-flash", "gemini-2.5-flash"),
-        ("gpt5", "gpt-5"), ("codex", "gpt-5-codex"),
+        ("opus", "claude-opus-4-1"),
+        ("sonnet", "claude-sonnet-4-5"),
+        ("haiku", "claude-haiku-4-5"),
+        ("devstral", "devstral-medium-latest"),
+        ("gemini-pro", "gemini-2.5-pro"),
+        ("gemini-flash", "gemini-2.5-flash"),
+        ("gpt5", "gpt-5"),
+        ("codex", "gpt-5-codex"),
     ],
 )
 def test_named_aliases(registry: Registry, alias: str, canonical: str) -> None:
@@ -77,8 +91,9 @@ def test_prices_and_windows_are_sane(registry: Registry) -> None:
         assert info.price is not None, info.id
         assert info.price.input >= 0, info.id
         assert info.price.output >= 0, info.id
-        assert info.price.cached_input is None or 0 <= info.price.cached_input, info.id
-        assert info.context_window is not None and info.context_window >= 8192, info.id
+        assert info.price.cached_input is None or info.price.cached_input >= 0, info.id
+        assert info.context_window is not None, info.id
+        assert info.context_window >= 8192, info.id
         # After 2023-01-01 and not in the future of the file.
         assert 1_672_531_200 < info.created < 1_900_000_000, info.id
 
@@ -96,7 +111,8 @@ def test_every_design_provider_type_has_a_tier(registry: Registry, ptype: str) -
     assert info is not None
     assert info.risk_tier == EXPECTED_TIERS[ptype]
     assert info.risk_tier in registry.risk_tiers
-    assert info.vendor and info.note
+    assert info.vendor
+    assert info.note
     # CLI types know their default executable; HTTP types have none.
     assert (info.command is not None) == ptype.endswith("-cli")
 
@@ -106,19 +122,23 @@ def test_every_tier_is_described(registry: Registry) -> None:
 
 
 def test_loader_rejects_an_alias_naming_two_models() -> None:
-    raw = {"models": [
-        {"id": "a", "vendor": "x", "aliases": ["same"]},
-        {"id": "b", "vendor": "x", "aliases": ["same"]},
-    ]}
+    raw = {
+        "models": [
+            {"id": "a", "vendor": "x", "aliases": ["same"]},
+            {"id": "b", "vendor": "x", "aliases": ["same"]},
+        ]
+    }
     with pytest.raises(ValueError, match="'same' names both 'a' and 'b'"):
         registry_from_json(raw)
 
 
 def test_loader_rejects_an_alias_equal_to_a_model_id() -> None:
-    raw = {"models": [
-        {"id": "a", "vendor": "x", "aliases": ["b"]},
-        {"id": "b", "vendor": "x"},
-    ]}
+    raw = {
+        "models": [
+            {"id": "a", "vendor": "x", "aliases": ["b"]},
+            {"id": "b", "vendor": "x"},
+        ]
+    }
     with pytest.raises(ValueError, match="aliases equal to model ids: b"):
         registry_from_json(raw)
 

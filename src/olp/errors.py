@@ -246,7 +246,10 @@ class ChainFailed(OLPError):
         retry_after: float | None,
     ) -> None:
         super().__init__(
-            shown.message, provider=shown.provider, retry_after=retry_after, code=code,
+            shown.message,
+            provider=shown.provider,
+            retry_after=retry_after,
+            code=code,
             param=shown.param,
         )
         self.failures = failures

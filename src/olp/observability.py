@@ -17,8 +17,12 @@ import orjson
 
 __all__ = ["LEVELS", "configure_logging", "event_logger"]
 
-LEVELS = {"error": logging.ERROR, "warn": logging.WARNING, "info": logging.INFO,
-          "debug": logging.DEBUG}
+LEVELS = {
+    "error": logging.ERROR,
+    "warn": logging.WARNING,
+    "info": logging.INFO,
+    "debug": logging.DEBUG,
+}
 
 
 class _JsonFormatter(logging.Formatter):

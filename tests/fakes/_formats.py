@@ -138,7 +138,7 @@ def _an_usage(usage: Mapping[str, Any] | None, completion: int) -> dict[str, Any
 def _an_head(model: str, usage: dict[str, Any]) -> list[Frame]:
     start_usage = {k: v for k, v in usage.items() if k != "output_tokens"}
     start_usage["output_tokens"] = 1
-    message = {
+    message: dict[str, Any] = {
         "id": "msg_fake",
         "type": "message",
         "role": "assistant",

@@ -86,7 +86,10 @@ class Hang:
 
 @dataclass(frozen=True)
 class DieMidStream:
-    """Send `after_chunks` content chunks of a streamed answer, then abort the TCP connection."""
+    """Send `after_chunks` content chunks of a streamed answer, then abort the TCP connection.
+
+    A non-streaming request gets half of its JSON body (Content-Length announces all of it).
+    """
 
     after_chunks: int = 2
 
@@ -160,6 +163,7 @@ class FakeUpstream:
     def start(self) -> FakeUpstream:
         ready = threading.Event()
         failure: list[BaseException] = []
+        self._stopping = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._run, args=(ready, failure), name="fake-upstream", daemon=True
@@ -251,7 +255,9 @@ class FakeUpstream:
         transport = request.transport
         peer = transport.get_extra_info("peername") if transport is not None else None
         port = peer[1] if isinstance(peer, tuple) else None
-        recorded = RecordedRequest(request.path, {k.lower(): v for k, v in request.headers.items()}, body, port)
+        # Case-insensitive like HTTP: both `headers["authorization"]` and "Authorization" work.
+        headers = CIMultiDictProxy(CIMultiDict(request.headers))
+        recorded = RecordedRequest(request.path, headers, body, port)
         with self._lock:
             self.requests.append(recorded)
             behaviour = self._queue.popleft() if self._queue else None
@@ -315,6 +321,8 @@ class FakeUpstream:
         if isinstance(behaviour, ToolCalls):
             return await self._tools(request, kind, behaviour, stream, usage_wanted, model)
         if isinstance(behaviour, DieMidStream):
+            if not stream:
+                return await self._die_in_body(request, kind, model)
             return await self._die(request, kind, behaviour, model)
         return await self._error_event(request, kind, behaviour, stream, model)
 
@@ -357,6 +365,25 @@ class FakeUpstream:
         for frame in fmt.content_prefix(kind, frames, b.after_chunks):
             await self._write(request, resp, frame)
         # Let the client read what was sent: an abort discards what it has not read yet.
+        await asyncio.sleep(0.1)
+        transport = request.transport
+        if transport is not None:
+            transport.abort()
+        return resp
+
+    async def _die_in_body(
+        self, request: web.Request, kind: fmt.Format, model: str
+    ) -> web.StreamResponse:
+        """Non-streaming: announce a whole JSON body, send half of it, abort."""
+        body = orjson.dumps(fmt.text_message(kind, model, DEFAULT_TEXT * 4, None, None))
+        self._check(request)
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        resp.content_length = len(body)
+        try:
+            await resp.prepare(request)
+        except ConnectionError as exc:
+            raise _ClientGone from exc
+        await self._write(request, resp, body[: len(body) // 2])
         await asyncio.sleep(0.1)
         transport = request.transport
         if transport is not None:

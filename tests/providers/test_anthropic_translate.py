@@ -160,7 +160,11 @@ def test_bad_tool_arguments_name_the_message(arguments: str) -> None:
     with pytest.raises(ProviderError) as info:
         build(
             Message("user", "x"),
-            Message("assistant", None, tool_calls=(ToolCall("a", "f", "{}"), ToolCall("b", "g", arguments))),
+            Message(
+                "assistant",
+                None,
+                tool_calls=(ToolCall("a", "f", "{}"), ToolCall("b", "g", arguments)),
+            ),
         )
     error = info.value
     assert error.failure is Failure.INVALID_REQUEST
@@ -187,7 +191,11 @@ def test_tools_and_choices() -> None:
         ("none", False, {"type": "none"}),
         ("required", None, {"type": "any"}),
         (NamedToolChoice("t"), None, {"type": "tool", "name": "t"}),
-        (NamedToolChoice("t"), False, {"type": "tool", "name": "t", "disable_parallel_tool_use": True}),
+        (
+            NamedToolChoice("t"),
+            False,
+            {"type": "tool", "name": "t", "disable_parallel_tool_use": True},
+        ),
         (None, False, {"type": "auto", "disable_parallel_tool_use": True}),
         (None, True, None),
         (None, None, None),
@@ -228,7 +236,9 @@ def test_sampling_and_options() -> None:
 # -- whole answers --------------------------------------------------------------------
 
 
-def message(content: list[dict[str, Any]], stop: str | None = "end_turn", **usage: int) -> dict[str, Any]:
+def message(
+    content: list[dict[str, Any]], stop: str | None = "end_turn", **usage: int
+) -> dict[str, Any]:
     return {
         "type": "message",
         "role": "assistant",
@@ -281,7 +291,9 @@ def test_stop_reasons(stop: str, expected: str) -> None:
 
 def test_error_document_and_malformed_answers() -> None:
     with pytest.raises(ProviderError) as info:
-        events_from_response("haiku", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+        events_from_response(
+            "haiku", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+        )
     assert info.value.failure is Failure.OVERLOADED
     with pytest.raises(ProviderError, match="malformed response") as info:
         events_from_response("haiku", {"type": "message"})
@@ -331,16 +343,31 @@ def test_full_stream_with_thinking_text_and_two_tools() -> None:
         sse("content_block_start", index=1, content_block={"type": "text", "text": ""}),
         sse("content_block_delta", index=1, delta={"type": "text_delta", "text": "On it."}),
         sse("content_block_stop", index=1),
-        sse("content_block_start", index=2, content_block={"type": "tool_use", "id": "tu1", "name": "get", "input": {}}),
+        sse(
+            "content_block_start",
+            index=2,
+            content_block={"type": "tool_use", "id": "tu1", "name": "get", "input": {}},
+        ),
         sse("content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": ""}),
-        sse("content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": '{"a":'}),
-        sse("content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": "1}"}),
+        sse(
+            "content_block_delta",
+            index=2,
+            delta={"type": "input_json_delta", "partial_json": '{"a":'},
+        ),
+        sse(
+            "content_block_delta", index=2, delta={"type": "input_json_delta", "partial_json": "1}"}
+        ),
         sse("content_block_stop", index=2),
-        sse("content_block_start", index=3, content_block={"type": "tool_use", "id": "tu2", "name": "now", "input": {}}),
+        sse(
+            "content_block_start",
+            index=3,
+            content_block={"type": "tool_use", "id": "tu2", "name": "now", "input": {}},
+        ),
         sse("content_block_stop", index=3),
         sse("message_delta", delta={"stop_reason": "tool_use"}, usage={"output_tokens": 42}),
     )
-    assert not parser.done
+    finished_early = parser.done  # a local: mypy would narrow the attribute for good
+    assert not finished_early
     # Tool indexes count tool_use blocks (0, 1), not content blocks (2, 3).
     assert events == [
         ReasoningDelta("plan"),
@@ -353,13 +380,16 @@ def test_full_stream_with_thinking_text_and_two_tools() -> None:
     ]
     tail = parser.feed("message_stop", '{"type":"message_stop"}')
     assert parser.done
-    assert tail == [Usage(240, 42, cached_prompt_tokens=200, cache_write_tokens=30), Finish("tool_calls")]
+    assert tail == [
+        Usage(240, 42, cached_prompt_tokens=200, cache_write_tokens=30),
+        Finish("tool_calls"),
+    ]
     built = ResponseBuilder().extend(events + tail).build()
     assert built.tool_calls == (ToolCall("tu1", "get", '{"a":1}'), ToolCall("tu2", "now", "{}"))
 
 
 def test_stream_stop_reason_max_tokens() -> None:
-    events, parser = run(
+    events, _parser = run(
         START,
         sse("content_block_start", index=0, content_block={"type": "text", "text": ""}),
         sse("content_block_delta", index=0, delta={"type": "text_delta", "text": "cut"}),

@@ -14,18 +14,6 @@ from email.utils import formatdate
 from typing import Any
 
 import pytest
-from fakes.upstream import (
-    DEFAULT_TEXT,
-    DieMidStream,
-    ErrorEvent,
-    FakeUpstream,
-    Garbage,
-    Hang,
-    Slow,
-    Status,
-    Text,
-    ToolCalls,
-)
 
 from olp.config.model import ProviderConfig, Timeouts
 from olp.errors import Failure, ProviderError
@@ -46,6 +34,19 @@ from olp.providers.base import HopContext, Provider
 from olp.providers.openai_http import OpenAIHttpProvider
 from olp.providers.openai_http import plugin as openai_plugin
 
+from fakes.upstream import (
+    DEFAULT_TEXT,
+    DieMidStream,
+    ErrorEvent,
+    FakeUpstream,
+    Garbage,
+    Hang,
+    Slow,
+    Status,
+    Text,
+    ToolCalls,
+)
+
 KINDS = ["openai", "anthropic"]
 CTX = HopContext(request_id="req-1")
 FAST = Timeouts(connect_ms=1000, first_byte_ms=200, idle_ms=200, total_ms=5000)
@@ -55,7 +56,9 @@ def make(kind: str, base: str, **kw: Any) -> Provider:
     if kind == "openai":
         kw.setdefault("api_key", "sk-test")
         kw.setdefault("api_key_env", "OPENAI_API_KEY")
-        return OpenAIHttpProvider(ProviderConfig("alpha", "openai-http", base_url=base + "/v1", **kw))
+        return OpenAIHttpProvider(
+            ProviderConfig("alpha", "openai-http", base_url=base + "/v1", **kw)
+        )
     kw.setdefault("api_key", "ak-test")
     kw.setdefault("api_key_env", "ANTHROPIC_API_KEY")
     return AnthropicHttpProvider(ProviderConfig("haiku", "anthropic-http", base_url=base, **kw))
@@ -99,7 +102,8 @@ def test_plugins_register_both_types() -> None:
     assert anthropic_plugin.default_api_key_env == "ANTHROPIC_API_KEY"
     provider = openai_plugin.factory(ProviderConfig("x", "openai-http"))
     assert isinstance(provider, Provider)
-    assert provider.capabilities.tools and provider.capabilities.vision
+    assert provider.capabilities.tools
+    assert provider.capabilities.vision
 
 
 # -- success --------------------------------------------------------------------------
@@ -112,8 +116,10 @@ def test_text(upstream: FakeUpstream, kind: str, stream: bool) -> None:
     events, error = collect(make(kind, upstream.base_url), request(stream))
     assert error is None
     assert text_of(events) == "Hello there, world"
-    assert isinstance(events[-1], Finish) and events[-1].reason == "stop"
-    assert isinstance(events[-2], Usage) and events[-2].prompt_tokens == 12
+    assert isinstance(events[-1], Finish)
+    assert events[-1].reason == "stop"
+    assert isinstance(events[-2], Usage)
+    assert events[-2].prompt_tokens == 12
     if stream:
         assert sum(isinstance(e, TextDelta) for e in events) == 4
     sent = upstream.requests[0]
@@ -133,8 +139,11 @@ def test_openai_request_shape(upstream: FakeUpstream) -> None:
 
 
 def test_openai_without_a_key_sends_no_authorization(upstream: FakeUpstream) -> None:
-    events, error = collect(make("openai", upstream.base_url, api_key=None, api_key_env=None), request(False))
-    assert error is None and text_of(events) == DEFAULT_TEXT
+    events, error = collect(
+        make("openai", upstream.base_url, api_key=None, api_key_env=None), request(False)
+    )
+    assert error is None
+    assert text_of(events) == DEFAULT_TEXT
     assert "Authorization" not in upstream.requests[0].headers
 
 
@@ -151,7 +160,9 @@ def test_anthropic_request_shape(upstream: FakeUpstream) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("stream", [False, True])
 def test_tool_calls(upstream: FakeUpstream, kind: str, stream: bool) -> None:
-    upstream.script(ToolCalls([("weather", '{"city": "Oslo", "unit": "C"}'), ("now", "{}")], chunks=3))
+    upstream.script(
+        ToolCalls([("weather", '{"city": "Oslo", "unit": "C"}'), ("now", "{}")], chunks=3)
+    )
     events, error = collect(make(kind, upstream.base_url), request(stream))
     assert error is None
     built = ResponseBuilder().extend(events).build()
@@ -166,7 +177,11 @@ def test_tool_calls(upstream: FakeUpstream, kind: str, stream: bool) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_cache_usage_reaches_the_ir(upstream: FakeUpstream, kind: str) -> None:
     usage = (
-        {"prompt_tokens": 50, "completion_tokens": 5, "prompt_tokens_details": {"cached_tokens": 40}}
+        {
+            "prompt_tokens": 50,
+            "completion_tokens": 5,
+            "prompt_tokens_details": {"cached_tokens": 40},
+        }
         if kind == "openai"
         else {"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 40}
     )
@@ -181,6 +196,45 @@ def test_openai_json_answer_to_a_streaming_request_is_accepted(upstream: FakeUps
     events, error = collect(make("openai", upstream.base_url), request(True))
     assert error is None
     assert events == [TextDelta("whole"), Finish("stop")]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_event_stream_answer_to_a_plain_request_is_accepted(
+    upstream: FakeUpstream, kind: str
+) -> None:
+    # Some servers stream whatever was asked: go by the answer's content type.
+    frames = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"streamed"}}]}\n\n'
+        b'data: {"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+        if kind == "openai"
+        else b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+        b'"delta":{"type":"text_delta","text":"streamed"}}\n\n'
+        b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+    )
+    upstream.script(Garbage(frames, content_type="text/event-stream"))
+    events, error = collect(make(kind, upstream.base_url), request(False))
+    assert error is None
+    assert events == [TextDelta("streamed"), Finish("stop")]
+
+
+def test_error_answers_keep_their_connection(upstream: FakeUpstream) -> None:
+    upstream.script(Status(429, oa_error("slow down", "requests")), Status(500, "oops"))
+    provider = make("openai", upstream.base_url)
+
+    async def go() -> list[Failure]:
+        failures = []
+        try:
+            for _ in range(3):
+                try:
+                    [e async for e in provider.stream(request(True), CTX)]
+                except ProviderError as exc:
+                    failures.append(exc.failure)
+        finally:
+            await provider.aclose()
+        return failures
+
+    assert asyncio.run(go()) == [Failure.RATE_LIMITED, Failure.UPSTREAM_ERROR]
+    assert len({r.peer_port for r in upstream.requests}) == 1
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -208,14 +262,38 @@ def oa_error(message: str, type_: str = "invalid_request_error", **extra: Any) -
 
 
 STATUS_CASES = [
-    (Status(429, oa_error("Rate limit reached", "requests"), {"Retry-After": "7"}), Failure.RATE_LIMITED),
-    (Status(429, oa_error("You exceeded your current quota", "insufficient_quota")), Failure.QUOTA_EXHAUSTED),
-    (Status(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}), Failure.RATE_LIMITED),
+    (
+        Status(429, oa_error("Rate limit reached", "requests"), {"Retry-After": "7"}),
+        Failure.RATE_LIMITED,
+    ),
+    (
+        Status(429, oa_error("You exceeded your current quota", "insufficient_quota")),
+        Failure.QUOTA_EXHAUSTED,
+    ),
+    (
+        Status(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "slow"}}),
+        Failure.RATE_LIMITED,
+    ),
     (Status(402, oa_error("Insufficient credits")), Failure.QUOTA_EXHAUSTED),
-    (Status(400, {"type": "error", "error": {"type": "invalid_request_error",
-                  "message": "Your credit balance is too low to access the Anthropic API."}}),
-     Failure.QUOTA_EXHAUSTED),
-    (Status(529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}), Failure.OVERLOADED),
+    (
+        Status(
+            400,
+            {
+                "type": "error",
+                "error": {
+                    "type": "invalid_request_error",
+                    "message": "Your credit balance is too low to access the Anthropic API.",
+                },
+            },
+        ),
+        Failure.QUOTA_EXHAUSTED,
+    ),
+    (
+        Status(
+            529, {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}
+        ),
+        Failure.OVERLOADED,
+    ),
     (Status(503, "Service Unavailable"), Failure.OVERLOADED),
     (Status(500, oa_error("boom", "server_error")), Failure.UPSTREAM_ERROR),
     (Status(502, "<html>bad gateway</html>"), Failure.UPSTREAM_ERROR),
@@ -233,15 +311,19 @@ STATUS_CASES = [
 
 
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize(("behaviour", "failure"), STATUS_CASES, ids=lambda v: str(getattr(v, "status", v)))
-def test_status_mapping(upstream: FakeUpstream, kind: str, behaviour: Status, failure: Failure) -> None:
+@pytest.mark.parametrize(
+    ("behaviour", "failure"), STATUS_CASES, ids=lambda v: str(getattr(v, "status", v))
+)
+def test_status_mapping(
+    upstream: FakeUpstream, kind: str, behaviour: Status, failure: Failure
+) -> None:
     upstream.script(behaviour)
     error = fails(make(kind, upstream.base_url), request(True))
     assert error.failure is failure
     assert error.upstream_status == behaviour.status
     assert error.provider == ("alpha" if kind == "openai" else "haiku")
     assert error.message.startswith(f"upstream HTTP {behaviour.status}: ")
-    assert isinstance(error.__cause__, type(None))  # a mapped answer, not a crash
+    assert error.__cause__ is None  # a mapped answer, not a crash
 
 
 def test_invalid_request_keeps_message_and_param(upstream: FakeUpstream) -> None:
@@ -249,7 +331,8 @@ def test_invalid_request_keeps_message_and_param(upstream: FakeUpstream) -> None
     error = fails(make("openai", upstream.base_url), request(False))
     assert error.message == "upstream HTTP 400: 'messages' is too short"
     assert error.param == "messages"
-    assert error.http_status == 400 and error.code == "provider_invalid_request"
+    assert error.http_status == 400
+    assert error.code == "provider_invalid_request"
 
 
 def test_text_error_body_is_a_trimmed_snippet(upstream: FakeUpstream) -> None:
@@ -274,7 +357,9 @@ def test_huge_error_body_is_capped(upstream: FakeUpstream) -> None:
         ({"x-ratelimit-reset-tokens": "20ms", "x-ratelimit-remaining-tokens": "0"}, 0.02),
     ],
 )
-def test_rate_limit_wait_is_read(upstream: FakeUpstream, headers: dict[str, str], expected: float) -> None:
+def test_rate_limit_wait_is_read(
+    upstream: FakeUpstream, headers: dict[str, str], expected: float
+) -> None:
     upstream.script(Status(429, oa_error("Rate limit reached", "requests"), headers))
     error = fails(make("openai", upstream.base_url), request(False))
     assert error.failure is Failure.RATE_LIMITED
@@ -282,7 +367,9 @@ def test_rate_limit_wait_is_read(upstream: FakeUpstream, headers: dict[str, str]
 
 
 def test_retry_after_http_date(upstream: FakeUpstream) -> None:
-    upstream.script(Status(429, oa_error("slow"), {"Retry-After": formatdate(time.time() + 120, usegmt=True)}))
+    upstream.script(
+        Status(429, oa_error("slow"), {"Retry-After": formatdate(time.time() + 120, usegmt=True)})
+    )
     error = fails(make("openai", upstream.base_url), request(False))
     assert error.retry_after == pytest.approx(120, abs=3)
 
@@ -292,8 +379,14 @@ def test_quota_exhausted_reads_the_reset(upstream: FakeUpstream) -> None:
     upstream.script(
         Status(
             429,
-            {"type": "error", "error": {"type": "rate_limit_error", "message": "usage limit reached"}},
-            {"anthropic-ratelimit-requests-remaining": "0", "anthropic-ratelimit-requests-reset": reset},
+            {
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": "usage limit reached"},
+            },
+            {
+                "anthropic-ratelimit-requests-remaining": "0",
+                "anthropic-ratelimit-requests-reset": reset,
+            },
         )
     )
     error = fails(make("anthropic", upstream.base_url), request(True))
@@ -322,7 +415,8 @@ def test_hang_times_out_at_first_byte(upstream: FakeUpstream, kind: str, stream:
 def test_slow_first_byte_within_deadline_is_fine(upstream: FakeUpstream) -> None:
     upstream.script(Slow(first_byte_delay_s=0.05))
     events, error = collect(make("openai", upstream.base_url, timeouts=FAST), request(True))
-    assert error is None and text_of(events) == DEFAULT_TEXT
+    assert error is None
+    assert text_of(events) == DEFAULT_TEXT
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -337,7 +431,8 @@ def test_total_timeout(upstream: FakeUpstream) -> None:
     upstream.script(Text(DEFAULT_TEXT, chunks=20, delay_s=0.05))
     timeouts = Timeouts(connect_ms=1000, first_byte_ms=1000, idle_ms=1000, total_ms=300)
     events, error = collect(make("openai", upstream.base_url, timeouts=timeouts), request(True))
-    assert error is not None and error.failure is Failure.TIMEOUT
+    assert error is not None
+    assert error.failure is Failure.TIMEOUT
     assert error.message == "upstream timeout: response not complete within 300 ms (total)"
     assert any(is_content(e) for e in events)
 
@@ -347,8 +442,19 @@ def test_die_mid_stream_after_content(upstream: FakeUpstream, kind: str) -> None
     upstream.script(DieMidStream(after_chunks=2))
     events, error = collect(make(kind, upstream.base_url), request(True))
     assert sum(isinstance(e, TextDelta) for e in events) == 2
-    assert error is not None and error.failure is Failure.TRANSPORT
+    assert error is not None
+    assert error.failure is Failure.TRANSPORT
     assert error.message.startswith("upstream stream ended before completion")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_die_in_a_plain_body(upstream: FakeUpstream, kind: str) -> None:
+    upstream.script(DieMidStream())
+    events, error = collect(make(kind, upstream.base_url), request(False))
+    assert events == []
+    assert error is not None
+    assert error.failure is Failure.TRANSPORT
+    assert error.__cause__ is not None
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -362,7 +468,8 @@ def test_clean_end_without_terminal_event(upstream: FakeUpstream, kind: str) -> 
     upstream.script(Garbage(frame, content_type="text/event-stream"))
     events, error = collect(make(kind, upstream.base_url), request(True))
     assert events == [TextDelta("half")]
-    assert error is not None and error.failure is Failure.TRANSPORT
+    assert error is not None
+    assert error.failure is Failure.TRANSPORT
     assert error.message == "upstream stream ended before completion"
 
 
@@ -383,7 +490,9 @@ def test_garbage_inside_an_event_stream(upstream: FakeUpstream) -> None:
 
 
 def test_over_long_sse_line(upstream: FakeUpstream) -> None:
-    upstream.script(Garbage(b"data: " + b"x" * (1024 * 1024 + 10), content_type="text/event-stream"))
+    upstream.script(
+        Garbage(b"data: " + b"x" * (1024 * 1024 + 10), content_type="text/event-stream")
+    )
     error = fails(make("openai", upstream.base_url), request(True))
     assert error.failure is Failure.UPSTREAM_ERROR
     assert "SSE line over 1024 KiB" in error.message
@@ -400,16 +509,23 @@ def test_over_large_body(upstream: FakeUpstream) -> None:
     ("kind", "behaviour", "failure"),
     [
         ("openai", ErrorEvent("server_error", "The server had an error"), Failure.UPSTREAM_ERROR),
-        ("openai", ErrorEvent("requests", "Rate limit", code="rate_limit_exceeded"), Failure.RATE_LIMITED),
+        (
+            "openai",
+            ErrorEvent("requests", "Rate limit", code="rate_limit_exceeded"),
+            Failure.RATE_LIMITED,
+        ),
         ("anthropic", ErrorEvent("overloaded_error", "Overloaded"), Failure.OVERLOADED),
         ("anthropic", ErrorEvent("api_error", "Internal"), Failure.UPSTREAM_ERROR),
     ],
 )
-def test_mid_stream_error_event(upstream: FakeUpstream, kind: str, behaviour: ErrorEvent, failure: Failure) -> None:
+def test_mid_stream_error_event(
+    upstream: FakeUpstream, kind: str, behaviour: ErrorEvent, failure: Failure
+) -> None:
     upstream.script(behaviour)
     events, error = collect(make(kind, upstream.base_url), request(True))
     assert sum(isinstance(e, TextDelta) for e in events) == 1
-    assert error is not None and error.failure is failure
+    assert error is not None
+    assert error.failure is failure
     assert error.message == f"upstream error: {behaviour.message}"
 
 
@@ -455,7 +571,9 @@ def test_aclose_closes_the_upstream_connection(upstream: FakeUpstream, kind: str
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_task_cancellation_closes_the_upstream_connection(upstream: FakeUpstream, kind: str) -> None:
+def test_task_cancellation_closes_the_upstream_connection(
+    upstream: FakeUpstream, kind: str
+) -> None:
     upstream.script(Text(DEFAULT_TEXT * 10, chunks=100, delay_s=0.02))
     provider = make(kind, upstream.base_url)
     first = asyncio.Event
@@ -479,7 +597,9 @@ def test_task_cancellation_closes_the_upstream_connection(upstream: FakeUpstream
     assert upstream.wait_for(lambda: len(upstream.disconnects) == 1, timeout=3)
 
 
-def test_next_request_after_a_cancelled_stream_uses_a_fresh_connection(upstream: FakeUpstream) -> None:
+def test_next_request_after_a_cancelled_stream_uses_a_fresh_connection(
+    upstream: FakeUpstream,
+) -> None:
     upstream.script(Text(DEFAULT_TEXT * 10, chunks=100, delay_s=0.02))
     provider = make("openai", upstream.base_url)
 
@@ -533,7 +653,11 @@ def test_quota_from_anthropic_rate_limit_answer(upstream: FakeUpstream) -> None:
         "anthropic-ratelimit-tokens-remaining": "5000",
         "retry-after": "30",
     }
-    upstream.script(Status(429, {"type": "error", "error": {"type": "rate_limit_error", "message": "x"}}, headers))
+    upstream.script(
+        Status(
+            429, {"type": "error", "error": {"type": "rate_limit_error", "message": "x"}}, headers
+        )
+    )
     error = fails(provider, request(False))
     assert error.failure is Failure.RATE_LIMITED
     snapshot = provider.quota()
@@ -574,7 +698,8 @@ def test_health_unreachable(kind: str) -> None:
     health = asyncio.run(_health(make(kind, f"http://127.0.0.1:{closed_port()}")))
     assert not health.ok
     assert any(c.startswith("reachable: no") for c in health.checks)
-    assert health.fix is not None and "reachable" in health.fix
+    assert health.fix is not None
+    assert "reachable" in health.fix
 
 
 async def _health(provider: Provider) -> Any:
@@ -587,7 +712,10 @@ async def _health(provider: Provider) -> Any:
 def test_tool_call_with_bad_arguments_fails_before_any_call(upstream: FakeUpstream) -> None:
     bad = ChatRequest(
         model="m",
-        messages=(Message("user", "x"), Message("assistant", None, tool_calls=(ToolCall("a", "f", "{"),))),
+        messages=(
+            Message("user", "x"),
+            Message("assistant", None, tool_calls=(ToolCall("a", "f", "{"),)),
+        ),
     )
     error = fails(make("anthropic", upstream.base_url), bad)
     assert error.failure is Failure.INVALID_REQUEST

@@ -78,7 +78,11 @@ def test_messages_translate_faithfully() -> None:
             "role": "assistant",
             "content": None,
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "get", "arguments": '{"a":1}'}}
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get", "arguments": '{"a":1}'},
+                }
             ],
         },
         {"role": "tool", "content": "42", "tool_call_id": "c1"},
@@ -137,7 +141,7 @@ def test_tools_and_options() -> None:
 
 @pytest.mark.parametrize("choice", ["auto", "none", "required"])
 def test_string_tool_choice_passes_as_is(choice: str) -> None:
-    body = build_payload(req(tools=(Tool("t"),), tool_choice=choice))  # type: ignore[arg-type]
+    body = build_payload(req(tools=(Tool("t"),), tool_choice=choice))
     assert body["tool_choice"] == choice
 
 
@@ -173,7 +177,9 @@ def test_encode_handles_read_only_mappings() -> None:
 # -- whole answers --------------------------------------------------------------------
 
 
-def answer(message: dict[str, object], finish: object = "stop", usage: object = None) -> dict[str, object]:
+def answer(
+    message: dict[str, object], finish: object = "stop", usage: object = None
+) -> dict[str, object]:
     return {"choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
 
 
@@ -184,7 +190,9 @@ def test_text_answer_with_usage_details() -> None:
         "prompt_tokens_details": {"cached_tokens": 64},
         "completion_tokens_details": {"reasoning_tokens": 5},
     }
-    events = events_from_response("p", answer({"content": "hi", "reasoning_content": "hmm"}, usage=usage))
+    events = events_from_response(
+        "p", answer({"content": "hi", "reasoning_content": "hmm"}, usage=usage)
+    )
     assert events == [
         ReasoningDelta("hmm"),
         TextDelta("hi"),
@@ -287,7 +295,12 @@ def test_stream_reasoning_field_alias() -> None:
 
 
 def test_stream_tool_calls() -> None:
-    first = {"index": 0, "id": "c1", "type": "function", "function": {"name": "get", "arguments": ""}}
+    first = {
+        "index": 0,
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "get", "arguments": ""},
+    }
     events, parser = feed_all(
         chunk({"tool_calls": [first]}),
         chunk({"tool_calls": [{"index": 0, "function": {"arguments": '{"a":'}}]}),

@@ -5,13 +5,17 @@ from __future__ import annotations
 import click
 
 from olp import __version__
+from olp.cli.config_cmd import config_group
+from olp.cli.doctor import doctor
 from olp.cli.start import start
 
 __all__ = ["cli", "main"]
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", "-V", prog_name="olp", message="%(prog)s %(version)s")
+@click.version_option(
+    __version__, "--version", "-V", prog_name="olp", message="%(prog)s %(version)s"
+)
 def cli() -> None:
     """OLP — Open LLM Proxy.
 
@@ -30,6 +34,8 @@ def cli() -> None:
 
 
 cli.add_command(start)
+cli.add_command(config_group)
+cli.add_command(doctor)
 
 
 def main() -> None:

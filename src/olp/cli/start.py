@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import replace
 
 import click
@@ -31,8 +32,9 @@ def start(host: str | None, port: int | None) -> None:
     """
     config = load_or_exit()
     server = config.server
-    config = replace(config, server=replace(server, host=host or server.host,
-                                            port=port or server.port))
+    config = replace(
+        config, server=replace(server, host=host or server.host, port=port or server.port)
+    )
     _announce(config)
     _ensure_owner_key(config)
     _serve(config)
@@ -77,12 +79,23 @@ def _serve(config: Config) -> None:
         )
         server = uvicorn.Server(
             uvicorn.Config(
-                app, host=config.server.host, port=config.server.port, loop="uvloop",
-                http="httptools", lifespan="on", access_log=False, server_header=False,
+                app,
+                host=config.server.host,
+                port=config.server.port,
+                loop="uvloop",
+                http="httptools",
+                lifespan="on",
+                access_log=False,
+                server_header=False,
                 log_level=_UVICORN_LEVELS[config.log_level],
                 timeout_graceful_shutdown=int(config.server.shutdown_grace_s),
             )
         )
-        server.run()
+        try:
+            server.run()
+        except KeyboardInterrupt:
+            # uvicorn re-raises Ctrl-C after its graceful shutdown: that is a clean stop.
+            click.echo("olp: stopped", err=True)
+            sys.exit(130)
     finally:
         listener.stop()

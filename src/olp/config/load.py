@@ -62,9 +62,7 @@ def load_config(
         config = _from_file(path, home, env)
     else:
         providers, notes = detect_providers(env, probe_local=detect_local_servers)
-        config = Config(
-            home=home, providers=providers, source="detected", notes=tuple(notes)
-        )
+        config = Config(home=home, providers=providers, source="detected", notes=tuple(notes))
     return _apply_env(config, env)
 
 
@@ -85,8 +83,13 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         cache = _cache(root.child("cache"))
         root.done()
     return Config(
-        home=home, server=server, auth=auth, providers=providers, routing=routing,
-        cache=cache, source="file",
+        home=home,
+        server=server,
+        auth=auth,
+        providers=providers,
+        routing=routing,
+        cache=cache,
+        source="file",
     )
 
 
@@ -107,7 +110,8 @@ def _server(r: Reader) -> ServerConfig:
 def _auth(r: Reader) -> AuthConfig:
     d = AuthConfig()
     policy: Any = r.string(
-        "fallback_detail_header_policy", d.fallback_detail_header_policy,
+        "fallback_detail_header_policy",
+        d.fallback_detail_header_policy,
         choices=get_args(DetailPolicy),
     )
     auth = AuthConfig(
@@ -134,9 +138,11 @@ def _providers(root: Reader, env: Mapping[str, str]) -> dict[str, ProviderConfig
 def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
     ptype = r.string("type", "")
     if not ptype:
-        r.fail(r.sub("type"), "required (e.g. \"openai-http\", \"anthropic-http\", \"claude-cli\")")
+        r.fail(r.sub("type"), 'required (e.g. "openai-http", "anthropic-http", "claude-cli")')
     api_key_env = r.env_name("api_key_env")
-    max_concurrent = r.integer("max_concurrent", 0, lo=1, hi=10_000) if r.has("max_concurrent") else 0
+    max_concurrent = (
+        r.integer("max_concurrent", 0, lo=1, hi=10_000) if r.has("max_concurrent") else 0
+    )
     provider = ProviderConfig(
         name=name,
         type=ptype,
@@ -210,7 +216,7 @@ def _chain(
     r: Reader, path: str, hops: object, providers: Mapping[str, ProviderConfig]
 ) -> tuple[HopConfig, ...]:
     if not isinstance(hops, list) or not hops:
-        r.fail(path, "must be a non-empty array of {\"provider\", \"model\"} hops")
+        r.fail(path, 'must be a non-empty array of {"provider", "model"} hops')
         return ()
     chain: list[HopConfig] = []
     model = path.rsplit(".", 1)[-1]
@@ -249,7 +255,9 @@ def _apply_env(config: Config, env: Mapping[str, str]) -> Config:
         server = replace(server, port=int(port))
     level = env.get("OLP_LOG_LEVEL") or config.log_level
     if level not in get_args(LogLevel):
-        raise ConfigError("OLP_LOG_LEVEL", f"must be one of error, warn, info, debug; got {level!r}")
+        raise ConfigError(
+            "OLP_LOG_LEVEL", f"must be one of error, warn, info, debug; got {level!r}"
+        )
     token = env.get("OLP_OWNER_TOKEN") or None
     return replace(config, server=server, log_level=level, owner_token=token)  # type: ignore[arg-type]
 

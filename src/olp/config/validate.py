@@ -99,7 +99,9 @@ class Reader:
             if isinstance(v, bool) or not isinstance(v, int | float):
                 return f"must be a number, got {_kind(v)}"
             if v < lo or (hi is not None and v > hi):
-                return f"must be between {lo:g} and {hi:g}" if hi is not None else f"must be ≥ {lo:g}"
+                return (
+                    f"must be between {lo:g} and {hi:g}" if hi is not None else f"must be ≥ {lo:g}"
+                )
             return None
 
         return float(self._typed(key, default, check))

@@ -167,15 +167,33 @@ class FallbackEngine:
     # -- outcomes ----------------------------------------------------------------------
 
     def _record(
-        self, request_id: str, chain: Chain, hop: Hop, exc: ProviderError, trigger: str,
-        started: float, failures: list[HopFailure],
+        self,
+        request_id: str,
+        chain: Chain,
+        hop: Hop,
+        exc: ProviderError,
+        trigger: str,
+        started: float,
+        failures: list[HopFailure],
     ) -> None:
         self._cool_down(hop, exc)
         failures.append(HopFailure(hop.index, hop.name, hop.model, exc, trigger))
         outcome: Outcome = "skipped" if trigger == "skip" else "failed"
         latency = (time.perf_counter() - started) * 1000 if started else 0.0
-        self._emit(Attempt(request_id, chain.name, hop.index, hop.name, hop.model, outcome,
-                           exc.failure, exc.message, trigger, latency))
+        self._emit(
+            Attempt(
+                request_id,
+                chain.name,
+                hop.index,
+                hop.name,
+                hop.model,
+                outcome,
+                exc.failure,
+                exc.message,
+                trigger,
+                latency,
+            )
+        )
 
     def served(self, served: Served) -> None:
         self._emit(self._served_attempt(served, "served"))
@@ -189,14 +207,27 @@ class FallbackEngine:
     def _served_attempt(self, served: Served, outcome: Outcome) -> Attempt:
         hop = served.hop
         latency = (time.perf_counter() - served.started) * 1000
-        return Attempt(served.request_id, served.chain.name, hop.index, hop.name, hop.model,
-                       outcome, latency_ms=latency)
+        return Attempt(
+            served.request_id,
+            served.chain.name,
+            hop.index,
+            hop.name,
+            hop.model,
+            outcome,
+            latency_ms=latency,
+        )
 
     def _emit(self, attempt: Attempt) -> None:
         log.info(
-            "hop", request_id=attempt.request_id, chain=attempt.chain, hop=attempt.hop,
-            provider=attempt.provider, model=attempt.model, outcome=attempt.outcome,
-            code=attempt.failure, trigger=attempt.trigger or None,
+            "hop",
+            request_id=attempt.request_id,
+            chain=attempt.chain,
+            hop=attempt.hop,
+            provider=attempt.provider,
+            model=attempt.model,
+            outcome=attempt.outcome,
+            code=attempt.failure,
+            trigger=attempt.trigger or None,
             latency_ms=round(attempt.latency_ms, 2),
             message=attempt.message[:200] or None,
         )
@@ -219,15 +250,21 @@ class FallbackEngine:
         self.cooldowns.cool(hop.name, model, seconds, exc.failure.value, exc.message[:200])
 
     def _stopped(self, failures: list[HopFailure], exc: ProviderError) -> ChainFailed:
-        return ChainFailed(tuple(failures), exc, http_status=exc.http_status, code=exc.code,
-                           retry_after=None)
+        return ChainFailed(
+            tuple(failures), exc, http_status=exc.http_status, code=exc.code, retry_after=None
+        )
 
     def _exhausted(self, failures: list[HopFailure]) -> ChainFailed:
         codes = {f.error.failure for f in failures}
         status = 429 if codes <= RATE_OR_QUOTA else 503
         code = "no_provider_available" if codes <= SKIPS else "all_providers_failed"
-        return ChainFailed(tuple(failures), failures[0].error, http_status=status, code=code,
-                           retry_after=self._retry_after(failures))
+        return ChainFailed(
+            tuple(failures),
+            failures[0].error,
+            http_status=status,
+            code=code,
+            retry_after=self._retry_after(failures),
+        )
 
     def _retry_after(self, failures: list[HopFailure]) -> float:
         """Seconds until the earliest hop is expected back (DESIGN §5 rule 5)."""

@@ -214,7 +214,12 @@ class UpstreamCall:
             except ProviderError:
                 body = b""  # the status says enough; a body that never comes changes nothing
             finally:
-                resp.close()
+                # A fully read error keeps its connection: 429 storms should not also
+                # cost a TLS handshake per attempt.
+                if self._eof:
+                    resp.release()
+                else:
+                    resp.close()
             raise error_for_status(client.name, resp.status, resp.headers, body)
         return self
 
@@ -356,6 +361,7 @@ async def http_health(
     models_url: str,
     api_key_env: str | None,
     has_key: bool,
+    default_api_key_env: str,
 ) -> ProviderHealth:
     """Configured, credentials present, reachable — via a models listing, never a model."""
     checks = [f"configured: {base_url}"]
@@ -376,7 +382,7 @@ async def http_health(
         return ProviderHealth(False, tuple(checks), fix or f"check that {base_url} is reachable")
     if status in (401, 403):
         checks.append(f"reachable: yes, but the API key was rejected (HTTP {status})")
-        env = api_key_env or "the provider's api_key_env"
+        env = api_key_env or default_api_key_env
         return ProviderHealth(False, tuple(checks), f"set {env} to a valid key", latency)
     if status >= 500:
         checks.append(f"reachable: upstream answered HTTP {status}")

@@ -28,8 +28,9 @@ class Cooldowns:
         self._clock = clock
         self._entries: dict[tuple[str, str | None], Cooldown] = {}
 
-    def cool(self, provider: str, model: str | None, seconds: float, reason: str,
-             message: str = "") -> Cooldown:
+    def cool(
+        self, provider: str, model: str | None, seconds: float, reason: str, message: str = ""
+    ) -> Cooldown:
         """Cool down for `seconds`; a longer existing cooldown is kept, a shorter one extended."""
         until = self._clock() + max(seconds, 0.0)
         key = (provider, model)

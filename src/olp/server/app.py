@@ -61,9 +61,14 @@ def create_app(
         max_cooldown_s=config.routing.max_cooldown_s,
     )
     ctx = AppContext(
-        config=config, registry=registry, providers=providers,
-        router=Router(config, registry, providers), cooldowns=cooldowns, engine=engine,
-        auth=authenticator or default_authenticator(config), version=__version__,
+        config=config,
+        registry=registry,
+        providers=providers,
+        router=Router(config, registry, providers),
+        cooldowns=cooldowns,
+        engine=engine,
+        auth=authenticator or default_authenticator(config),
+        version=__version__,
     )
     return OLPApp(ctx)
 
@@ -115,8 +120,10 @@ class OLPApp:
 def _route(method: str, path: str) -> Handler:
     methods = _ROUTES.get(path.rstrip("/") or "/")
     if methods is None:
-        raise NotFound(f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
-                       "/v1/models and /health.")
+        raise NotFound(
+            f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
+            "/v1/models and /health."
+        )
     handler = methods.get(method)
     if handler is None:
         raise MethodNotAllowed(f"{method} is not allowed on {path}; use {', '.join(methods)}.")

@@ -6,7 +6,7 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from olp.engine import Chain, FallbackEngine, Router, Served
+from olp.engine import Chain, FallbackEngine, Served
 from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
 from olp.ir import ChatRequest, ResponseBuilder
 from olp.observability import event_logger
@@ -90,8 +90,9 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         log.info("client_disconnected", request_id=ex.meta.request_id)
     except Exception:
         log.error("unhandled_error", request_id=ex.meta.request_id, exc_info=True)
-        await ex.fail(OLPError("Internal server error; see the OLP log for request "
-                               f"{ex.meta.request_id}."))
+        await ex.fail(
+            OLPError(f"Internal server error; see the OLP log for request {ex.meta.request_id}.")
+        )
     finally:
         if watch is not None:
             watch.stop()
@@ -124,8 +125,9 @@ async def _stream(ex: _Exchange, chain: Chain, request: ChatRequest) -> None:
         await ex.fail(err)
         return
     _note_served(ex.meta, served)
-    encoder = ChunkEncoder(_completion_id(ex), request.model, int(time.time()),
-                           request.include_usage)
+    encoder = ChunkEncoder(
+        _completion_id(ex), request.model, int(time.time()), request.include_usage
+    )
     try:
         if not ex.started:
             await ex.start_sse()

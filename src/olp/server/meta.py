@@ -75,8 +75,14 @@ class ResponseMeta:
 def fallback_detail(failures: tuple[HopFailure, ...]) -> bytes:
     """JSON list of failed hops, ASCII-only and at most 4 KB (tail dropped, with a marker)."""
     items = [
-        {"hop": f.hop, "provider": f.provider, "model": f.model, "code": f.error.failure.value,
-         "message": f.error.message[:200], "trigger": f.trigger}
+        {
+            "hop": f.hop,
+            "provider": f.provider,
+            "model": f.model,
+            "code": f.error.failure.value,
+            "message": f.error.message[:200],
+            "trigger": f.trigger,
+        }
         for f in failures
     ]
     for kept in range(len(items), -1, -1):

@@ -17,6 +17,7 @@ __all__ = ["SSEDecoder", "SSEMessage"]
 
 _CR = 0x0D
 _LF = 0x0A
+_COLON = 0x3A
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,18 +72,20 @@ class SSEDecoder:
             self._tail.clear()
         else:
             data = chunk
-        lines = data.splitlines(keepends=True)
-        last = lines[-1]
-        last_byte = last[-1]
+        # Without keepends a blank line stays an empty item; whether the last item is a
+        # whole line is told by the last byte of the data.
+        lines = data.splitlines()
+        last_byte = data[-1]
         if last_byte != _LF and last_byte != _CR:
             self._tail += lines.pop()
             self._check_length(len(self._tail))
         elif last_byte == _CR:
             self._skip_lf = True
+        if len(data) > self._max:
+            for line in lines:
+                self._check_length(len(line))
         out: list[SSEMessage] = []
-        for raw in lines:
-            line = raw.rstrip(b"\r\n")
-            self._check_length(len(line))
+        for line in lines:
             self._line(line, out)
         return out
 
@@ -112,26 +115,29 @@ class SSEDecoder:
         self._data = []
 
     def _line(self, raw: bytes, out: list[SSEMessage]) -> None:
+        if not self._started:
+            self._started = True
+            if raw.startswith(b"\xef\xbb\xbf"):
+                raw = raw[3:]
         if not raw:
             self._dispatch(out)
             return
-        text = raw.decode("utf-8", "replace")
-        if not self._started:
-            self._started = True
-            if text[0] == "\ufeff":
-                text = text[1:]
-                if not text:
-                    return
-        if text[0] == ":":
+        if raw[0] == _COLON:
             return
-        name, colon, value = text.partition(":")
-        if colon and value[:1] == " ":
-            value = value[1:]
-        if name == "data":
-            self._data.append(value)
-        elif name == "event":
+        # Field names are ASCII, so splitting the bytes at the first colon never cuts a
+        # character; only the value needs decoding.
+        colon = raw.find(b":")
+        if colon < 0:
+            name, value = raw, b""
+        else:
+            name, value = raw[:colon], raw[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if name == b"data":
+            self._data.append(value.decode("utf-8", "replace"))
+        elif name == b"event":
             # An empty type means the default one, which callers see as None.
-            self._event = value or None
+            self._event = value.decode("utf-8", "replace") or None
         # `id` and `retry` drive browser reconnection, which OLP never does.
 
     def _dispatch(self, out: list[SSEMessage]) -> None:

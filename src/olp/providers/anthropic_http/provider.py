@@ -44,7 +44,9 @@ class AnthropicHttpProvider:
         # Built before any I/O: a request that cannot be mapped fails without a call.
         body = translate.encode_payload(translate.build_payload(self.name, request))
         async with self._http.post(self._url, body) as call:
-            if not request.stream or not call.is_event_stream:
+            # Go by what came back, not what was asked: some servers ignore `stream`
+            # either way, and errors may come as JSON with a 200.
+            if not call.is_event_stream:
                 for event in parse.events_from_response(self.name, await call.read_json()):
                     yield event
                 return
@@ -71,6 +73,7 @@ class AnthropicHttpProvider:
             models_url=f"{self._base_url}/v1/models",
             api_key_env=self._api_key_env,
             has_key=self._has_key,
+            default_api_key_env="ANTHROPIC_API_KEY",
         )
 
     def quota(self) -> QuotaSnapshot | None:

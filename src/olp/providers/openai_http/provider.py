@@ -39,8 +39,9 @@ class OpenAIHttpProvider:
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         body = translate.encode_payload(translate.build_payload(request))
         async with self._http.post(self._url, body) as call:
-            # An upstream may ignore `stream` (or answer an error as JSON with a 200).
-            if not request.stream or not call.is_event_stream:
+            # Go by what came back, not what was asked: some servers ignore `stream`
+            # either way, and errors may come as JSON with a 200.
+            if not call.is_event_stream:
                 for event in translate.events_from_response(self.name, await call.read_json()):
                     yield event
                 return
@@ -67,6 +68,7 @@ class OpenAIHttpProvider:
             models_url=f"{self._base_url}/models",
             api_key_env=self._api_key_env,
             has_key=self._has_key,
+            default_api_key_env="OPENAI_API_KEY",
         )
 
     def quota(self) -> QuotaSnapshot | None:

@@ -94,7 +94,7 @@ class ChunkEncoder:
     """
 
     __slots__ = (
-        "_call_ids",
+        "_announced",
         "_completion_id",
         "_head",
         "_include_usage",
@@ -119,8 +119,8 @@ class ChunkEncoder:
         self._include_usage = include_usage
         self._role_sent = False
         self._usage: Usage | None = None
-        # Tool call indexes already announced (their id was sent with the first piece).
-        self._call_ids: set[int] = set()
+        # Tool call indexes already announced (their id went out with the first piece).
+        self._announced: set[int] = set()
 
     def encode(self, event: Event) -> bytes:
         """Zero or more complete SSE frames for one event (b"" when nothing is sent)."""
@@ -158,16 +158,18 @@ class ChunkEncoder:
 
     def _tool_call(self, event: ToolCallDelta) -> bytes:
         call: dict[str, Any] = {"index": event.index}
-        if event.index not in self._call_ids:
-            self._call_ids.add(event.index)
+        if event.index not in self._announced:
+            self._announced.add(event.index)
             call["id"] = event.id or _call_id(self._completion_id, event.index)
             call["type"] = "function"
         elif not event.name and not event.arguments:
             return b""
-        function: dict[str, str] = {"arguments": event.arguments}
-        if event.name:
-            function = {"name": event.name, "arguments": event.arguments}
-        call["function"] = function
+        # A later id is dropped: clients would append it to the first one.
+        call["function"] = (
+            {"name": event.name, "arguments": event.arguments}
+            if event.name
+            else {"arguments": event.arguments}
+        )
         return self._delta({"tool_calls": [call]})
 
     def _finish(self, event: Finish) -> bytes:

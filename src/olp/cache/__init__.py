@@ -1,0 +1,1 @@
+"""Content-addressed response cache (arrives with the cache work)."""

@@ -1,0 +1,128 @@
+"""`olp start` as a real process: owner key, config errors, graceful shutdown."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import orjson
+import pytest
+
+from olp.accounts import hash_key
+
+from fakes.upstream import FakeUpstream, Slow
+from olp_server import ProcessServer, write_config
+
+
+def config_for(upstream: FakeUpstream) -> dict[str, object]:
+    return {
+        "providers": {
+            "up": {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+        }
+    }
+
+
+def test_first_start_creates_owner_key_once(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "home"
+    write_config(home, config_for(upstream))
+    env = {"OLP_OWNER_TOKEN": ""}
+    with ProcessServer(home, env) as server:
+        ask = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        assert httpx.post(f"{server.base_url}/v1/chat/completions", json=ask).status_code == 401
+        server.terminate()
+        assert server.proc is not None
+        _, stderr = server.proc.communicate(timeout=15)
+    key = next(line.strip() for line in stderr.splitlines() if line.strip().startswith("olp_"))
+    assert len(key) == 4 + 43
+    stored = (home / "owner_key.sha256").read_text().strip()
+    assert stored == hash_key(key)  # only the hash is kept
+    assert key not in stored
+    assert oct((home / "owner_key.sha256").stat().st_mode & 0o777) == "0o600"
+
+    with ProcessServer(home, env) as server:
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json=ask,
+            headers={"authorization": f"Bearer {key}"},
+        )
+        assert resp.status_code == 200
+        server.terminate()
+        assert server.proc is not None
+        _, stderr = server.proc.communicate(timeout=15)
+    assert "olp_" not in stderr  # printed once, never again
+
+
+@pytest.mark.parametrize(
+    ("content", "fragment"),
+    [
+        (b"{broken", "invalid JSON"),
+        (
+            b'{"providers": {"a": {"type": "openai-http", "base_url": "nope"}}}',
+            "providers.a.base_url: not a URL",
+        ),
+        (b'{"providers": {"a": {"type": "openai-http", "api_key": "sk-1"}}}', "api_key_env"),
+        (b'{"server": {"port": 99999}}', "server.port"),
+        (b'{"surprise": 1}', "surprise: unknown key"),
+        (b'{"providers": {"a": {"type": "no-such-type"}}}', "unknown provider type"),
+        (b'{"routing": {"chains": {"x": [{"provider": "ghost"}]}}}', "unknown provider 'ghost'"),
+    ],
+)
+def test_invalid_config_exits_without_traceback(
+    tmp_path: Path, content: bytes, fragment: str
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.json").write_bytes(content)
+    env = {**os.environ, "OLP_HOME": str(home), "OLP_OWNER_TOKEN": "t"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "olp", "start"], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 2
+    assert fragment in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_shutdown_lets_inflight_stream_finish(
+    tmp_path: Path, upstream: FakeUpstream, sig: int
+) -> None:
+    upstream.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.25))
+    home = tmp_path / "home"
+    write_config(home, config_for(upstream))
+    received: list[str] = []
+    first = threading.Event()
+    with ProcessServer(home) as server:
+
+        def consume() -> None:
+            with httpx.stream(
+                "POST",
+                f"{server.base_url}/v1/chat/completions",
+                json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+                headers={"authorization": "Bearer test-owner-token"},
+                timeout=20,
+            ) as resp:
+                for line in resp.iter_lines():
+                    received.append(line)
+                    first.set()
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        assert first.wait(10)
+        server.terminate(sig)
+        reader.join(20)
+        assert server.proc is not None
+        assert server.proc.wait(timeout=20) in (0, -sig, 128 + sig)
+        assert server.proc.stderr is not None
+        assert "Traceback" not in server.proc.stderr.read()
+    assert received[-1] == "data: [DONE]" or "data: [DONE]" in received
+    finishes = [
+        orjson.loads(line[6:])["choices"][0]["finish_reason"]
+        for line in received
+        if line.startswith("data: {") and orjson.loads(line[6:])["choices"]
+    ]
+    assert finishes[-1] == "stop"
