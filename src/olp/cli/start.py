@@ -29,6 +29,12 @@ def start(host: str | None, port: int | None) -> None:
     start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
     Ctrl-C stops accepting requests and lets streams in flight finish, up to
     server.shutdown_grace_s seconds.
+
+    \b
+    Examples:
+      olp start
+      olp start --host 0.0.0.0 --port 8080
+      OLP_HOME=/srv/olp OLP_LOG_LEVEL=debug olp start
     """
     config = load_or_exit()
     server = config.server

@@ -31,7 +31,7 @@ from olp.config.model import (
 from olp.config.validate import Reader, collecting
 from olp.errors import ConfigError
 
-__all__ = ["SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
+__all__ = ["CHILD_ENV_ALLOWLIST", "SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -40,6 +40,11 @@ SOFT_TRIGGER_KEYS = (
     "five_hour_window_percent_threshold",
     "credit_pool_percent_threshold",
     "five_hour_capacity",
+)
+# What a CLI child may inherit from OLP's environment; everything else is scrubbed.
+CHILD_ENV_ALLOWLIST = (
+    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
 )
 _SECRET_HINT = {
     "api_key": "secrets never live in config.json: set api_key_env to the name of an "
@@ -158,9 +163,16 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
         command=r.string("command", None),
         env=_child_env(r, env),
         consent=r.boolean("consent", False),
+        user_home=_user_home(env),
+        inherited_env={k: env[k] for k in CHILD_ENV_ALLOWLIST if k in env},
     )
     r.done(_SECRET_HINT)
     return provider
+
+
+def _user_home(env: Mapping[str, str]) -> Path | None:
+    home = env.get("HOME")
+    return Path(home) if home else None
 
 
 def _child_env(r: Reader, env: Mapping[str, str]) -> dict[str, str]:

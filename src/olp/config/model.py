@@ -55,6 +55,11 @@ class ProviderConfig:
     # CLI providers.
     command: str | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Filled by the loader, not from the file: the owner's home (where CLI credentials
+    # live) and the few variables of OLP's own environment a child may inherit
+    # (PATH, locale, TLS trust) — nothing else of OLP's environment reaches a child.
+    user_home: Path | None = None
+    inherited_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Tier-B providers need the owner's recorded consent (see docs/providers.md).
     consent: bool = False
 
