@@ -21,6 +21,7 @@ import uvicorn
 
 from olp.config import Config, load_config
 from olp.server import OLPApp, create_app
+from olp.server.serve import uvicorn_config
 
 OWNER_TOKEN = "test-owner-token"
 
@@ -48,15 +49,7 @@ class ThreadServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
-            uvicorn.Config(
-                self.app,
-                loop="asyncio",
-                http="httptools",
-                lifespan="on",
-                log_level="warning",
-                access_log=False,
-                timeout_graceful_shutdown=5,
-            )
+            uvicorn_config(self.app, config, log_level="warning", timeout_graceful_shutdown=5)
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None

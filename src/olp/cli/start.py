@@ -16,8 +16,6 @@ from olp.observability import configure_logging
 
 __all__ = ["start"]
 
-_UVICORN_LEVELS = {"error": "error", "warn": "warning", "info": "info", "debug": "debug"}
-
 
 @click.command()
 @click.option("--host", help="Address to listen on (default 127.0.0.1, env OLP_HOST).")
@@ -73,6 +71,7 @@ def _serve(config: Config) -> None:
     import uvicorn
 
     from olp.server import create_app
+    from olp.server.serve import uvicorn_config
 
     listener = configure_logging(config.log_level)
     try:
@@ -83,20 +82,7 @@ def _serve(config: Config) -> None:
         click.echo(
             f"olp: listening on http://{config.server.host}:{config.server.port}/v1", err=True
         )
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=config.server.host,
-                port=config.server.port,
-                loop="uvloop",
-                http="httptools",
-                lifespan="on",
-                access_log=False,
-                server_header=False,
-                log_level=_UVICORN_LEVELS[config.log_level],
-                timeout_graceful_shutdown=int(config.server.shutdown_grace_s),
-            )
-        )
+        server = uvicorn.Server(uvicorn_config(app, config))
         try:
             server.run()
         except KeyboardInterrupt:

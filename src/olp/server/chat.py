@@ -145,22 +145,30 @@ async def _open_with_heartbeat(
 ) -> Served:
     """Run the chain; if it is slow to produce content, keep the client's line alive.
 
-    A keepalive is not content (DESIGN §5 rule 2): fallback can still happen behind it.
+    A keepalive is not content (DESIGN §5 rule 2): fallback goes on behind it. The
+    heartbeat task only exists once the first interval has passed, so the common fast
+    path costs one timer.
     """
     interval = ex.ctx.config.server.heartbeat_interval_ms / 1000
-    opening = asyncio.ensure_future(engine.open(chain, request, ex.meta.request_id))
+    beats: list[asyncio.Task[None]] = []
+    timer = asyncio.get_running_loop().call_later(
+        interval, lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, interval)))
+    )
     try:
-        while True:
-            done, _ = await asyncio.wait((opening,), timeout=interval)
-            if done:
-                return opening.result()
-            if not ex.started:
-                await ex.start_sse()
-            await ex.frame(b": keepalive\n\n")
+        return await engine.open(chain, request, ex.meta.request_id)
     finally:
-        if not opening.done():
-            opening.cancel()
-            await asyncio.gather(opening, return_exceptions=True)
+        timer.cancel()
+        for beat in beats:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+
+
+async def _heartbeat(ex: _Exchange, interval: float) -> None:
+    if not ex.started:
+        await ex.start_sse()
+    while True:
+        await ex.frame(b": keepalive\n\n")
+        await asyncio.sleep(interval)
 
 
 def _note_served(meta: ResponseMeta, served: Served) -> None:

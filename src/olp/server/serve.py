@@ -1,0 +1,35 @@
+"""How OLP runs under uvicorn: one place, shared by `olp start` and the test servers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import uvicorn
+
+from olp.config import Config
+from olp.server.app import OLPApp
+from olp.server.protocol import CoalescingHttpToolsProtocol
+
+__all__ = ["uvicorn_config"]
+
+_UVICORN_LEVELS = {"error": "error", "warn": "warning", "info": "info", "debug": "debug"}
+
+
+def uvicorn_config(app: OLPApp, config: Config, **overrides: Any) -> uvicorn.Config:
+    options: dict[str, Any] = {
+        "host": config.server.host,
+        "port": config.server.port,
+        "loop": "uvloop",
+        "http": CoalescingHttpToolsProtocol,
+        "ws": "none",
+        "lifespan": "on",
+        # OLP sees the real peer: owner endpoints are loopback-only by default, and a
+        # forwarded-for header must not be able to claim loopback.
+        "proxy_headers": False,
+        "access_log": False,
+        "server_header": False,
+        "log_level": _UVICORN_LEVELS[config.log_level],
+        "timeout_graceful_shutdown": max(1, round(config.server.shutdown_grace_s)),
+    }
+    options.update(overrides)
+    return uvicorn.Config(app, **options)
