@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from olp.accounts.access import allowed, check_access, usable_providers
 from olp.accounts.auth import Authenticator, StaticAuthenticator, extract_token
-from olp.accounts.identity import ANONYMOUS, Identity, Tier
+from olp.accounts.identity import ANONYMOUS, Identity, KeyLimits, Tier
 from olp.accounts.owner_key import OwnerKeyFile, generate_key, hash_key
 
 __all__ = [
     "ANONYMOUS",
     "Authenticator",
     "Identity",
+    "KeyLimits",
     "OwnerKeyFile",
     "StaticAuthenticator",
     "Tier",

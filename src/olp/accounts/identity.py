@@ -5,9 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ANONYMOUS", "Identity", "Tier"]
+__all__ = ["ANONYMOUS", "Identity", "KeyLimits", "Tier"]
 
 Tier = Literal["owner", "member", "anonymous"]
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLimits:
+    """Per-key limits; None means unlimited."""
+
+    rpm: int | None = None  # requests per minute
+    rpd: int | None = None  # requests per day (UTC)
+    tpd: int | None = None  # tokens per day (UTC), prompt + completion
+    usd_month: float | None = None  # API-equivalent USD per calendar month (UTC)
+
+    def any(self) -> bool:
+        return any(v is not None for v in (self.rpm, self.rpd, self.tpd, self.usd_month))
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +31,7 @@ class Identity:
     # None: everything; else glob patterns (members' allow-lists, from the key store).
     allowed_models: tuple[str, ...] | None = None
     allowed_providers: tuple[str, ...] | None = None
+    limits: KeyLimits = KeyLimits()
 
     @property
     def is_owner(self) -> bool:

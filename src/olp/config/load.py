@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, cast, get_args
 
 import orjson
 
@@ -23,6 +23,7 @@ from olp.config.model import (
     DetailPolicy,
     HopConfig,
     LogLevel,
+    PriceOverride,
     ProviderConfig,
     RoutingConfig,
     ServerConfig,
@@ -86,6 +87,7 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         providers = _providers(root, env)
         routing = _routing(root.child("routing"), providers)
         cache = _cache(root.child("cache"))
+        pricing = _pricing(root)
         root.done()
     return Config(
         home=home,
@@ -163,6 +165,7 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
         command=r.string("command", None),
         env=_child_env(r, env),
         consent=r.boolean("consent", False),
+        billing=cast(Any, r.string("billing", None, choices=("metered", "subscription"))),
         user_home=_user_home(env),
         inherited_env={k: env[k] for k in CHILD_ENV_ALLOWLIST if k in env},
     )
@@ -254,6 +257,21 @@ def _cache(r: Reader) -> CacheConfig:
     )
     r.done()
     return cache
+
+
+def _pricing(root: Reader) -> dict[str, PriceOverride]:
+    prices: dict[str, PriceOverride] = {}
+    for model, r in root.items("pricing"):
+        cached = r.number("cached_input", -1, lo=0) if r.has("cached_input") else None
+        prices[model] = PriceOverride(
+            input=r.number("input", 0, lo=0), output=r.number("output", 0, lo=0),
+            cached_input=cached,
+        )
+        for key in ("input", "output"):
+            if not r.has(key):
+                r.fail(r.sub(key), "required (USD per million tokens)")
+        r.done()
+    return prices
 
 
 def _apply_env(config: Config, env: Mapping[str, str]) -> Config:

@@ -13,6 +13,7 @@ __all__ = [
     "Config",
     "HopConfig",
     "LogLevel",
+    "PriceOverride",
     "ProviderConfig",
     "RoutingConfig",
     "ServerConfig",
@@ -62,6 +63,9 @@ class ProviderConfig:
     inherited_env: Mapping[str, str] = field(default_factory=dict, repr=False)
     # Tier-B providers need the owner's recorded consent (see docs/providers.md).
     consent: bool = False
+    # "metered": each token costs money (API keys); "subscription": a flat plan (CLIs),
+    # whose ledger rows carry the API-equivalent cost. None: decided by the type.
+    billing: Literal["metered", "subscription"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +113,15 @@ class CacheConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PriceOverride:
+    """USD per million tokens, overriding the registry for one model."""
+
+    input: float
+    output: float
+    cached_input: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     home: Path
     server: ServerConfig = field(default_factory=ServerConfig)
@@ -116,6 +129,8 @@ class Config:
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    # Keyed by model id, or "provider/model" for one provider only.
+    pricing: Mapping[str, PriceOverride] = field(default_factory=dict)
     log_level: LogLevel = "info"
     owner_token: str | None = field(default=None, repr=False)
     # Where the providers came from: the config file, or detection on this machine.

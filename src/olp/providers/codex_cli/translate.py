@@ -1,0 +1,217 @@
+"""IR → what `codex app-server` is given: argv, a private `config.toml`, JSON-RPC requests.
+
+Pure: no I/O. Why app-server rather than `codex exec --json` is in docs/providers.md (in
+short: exec prints the answer only once it is complete; app-server streams tokens and
+reports structured errors and rate limits).
+
+The private `$CODEX_HOME` (the child's `~/.codex`) gets a fresh `config.toml` per spawn:
+- approval `never`, read-only sandbox, every optional feature that could reach the
+  network or the owner's files off (`FEATURES_OFF`), web search off, analytics and
+  OpenTelemetry off (otherwise a 5 s stall exporting at exit), no update check, no
+  project docs;
+- when the owner points the provider at an OpenAI-compatible Responses upstream through
+  its `env` (`OPENAI_BASE_URL`, or just an `OPENAI_API_KEY`), a custom model provider
+  `olp` with Codex's own retries off (`request_max_retries = 0`, `stream_max_retries = 0`)
+  so OLP's fallback reacts at once; Codex ignores overrides of its built-in `openai`
+  provider, so the ChatGPT login (linked `~/.codex/auth.json`) keeps Codex's defaults;
+- the request's system messages (and JSON-mode instructions) in `system.md`, named by
+  `model_instructions_file` (relative paths are resolved against `$CODEX_HOME`), which
+  replaces Codex's own base instructions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+__all__ = [
+    "AUTH_FILE",
+    "CONFIG_FILE",
+    "DEFAULT_COMMAND",
+    "DEFAULT_OPENAI_BASE_URL",
+    "FEATURES_OFF",
+    "INSTALL_HINT",
+    "PROVIDER_ID",
+    "SYSTEM_FILE",
+    "RpcId",
+    "Upstream",
+    "argv",
+    "config_toml",
+    "home_files",
+    "initialize",
+    "initialized",
+    "thread_start",
+    "turn_start",
+    "upstream_from_env",
+]
+
+DEFAULT_COMMAND = "codex"
+INSTALL_HINT = "npm install -g @openai/codex"
+DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
+# Custom model provider id in the private config.toml.
+PROVIDER_ID = "olp"
+CONFIG_FILE = ".codex/config.toml"
+SYSTEM_FILE = ".codex/system.md"
+# The ChatGPT login, linked read-only from the owner's home.
+AUTH_FILE = ".codex/auth.json"
+
+# `--disable` features of codex 0.171: plugins/apps reach GitHub and chatgpt.com at
+# start; the rest are tools or agents a proxied chat turn must not use.
+FEATURES_OFF = (
+    "plugins",
+    "apps",
+    "shell_tool",
+    "goals",
+    "multi_agent",
+    "image_generation",
+    "browser_use",
+    "computer_use",
+    "tool_suggest",
+    "skill_search",
+    "hooks",
+    "remote_plugin",
+    "in_app_browser",
+    "sleep_tool",
+)
+_REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
+
+
+class RpcId:
+    """Ids of the three requests of one turn (responses are matched on them)."""
+
+    INITIALIZE = 1
+    THREAD_START = 2
+    TURN_START = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Upstream:
+    """An OpenAI-compatible Responses endpoint the owner configured, or None (login)."""
+
+    base_url: str
+    env_key: str
+
+
+def upstream_from_env(env: Mapping[str, str]) -> Upstream | None:
+    """`OPENAI_BASE_URL`/`OPENAI_API_KEY` in the provider's `env` → a custom provider."""
+    base_url = env.get("OPENAI_BASE_URL", "").strip()
+    if not base_url and not env.get("OPENAI_API_KEY"):
+        return None
+    return Upstream(base_url=(base_url or DEFAULT_OPENAI_BASE_URL).rstrip("/"), env_key="OPENAI_API_KEY")
+
+
+def argv() -> tuple[str, ...]:
+    args: list[str] = ["app-server"]
+    for feature in FEATURES_OFF:
+        args += ["--disable", feature]
+    return tuple(args)
+
+
+def config_toml(
+    model: str,
+    *,
+    upstream: Upstream | None,
+    has_system: bool,
+    idle_timeout_ms: int,
+    reasoning_effort: str | None = None,
+) -> str:
+    lines = [
+        f"model = {_toml_str(model)}",
+        'approval_policy = "never"',
+        'sandbox_mode = "read-only"',
+        "check_for_update_on_startup = false",
+        'web_search = "disabled"',
+        "project_doc_max_bytes = 0",
+    ]
+    if has_system:
+        lines.append(f"model_instructions_file = {_toml_str(SYSTEM_FILE.split('/')[-1])}")
+    if reasoning_effort in _REASONING_EFFORTS:
+        lines.append(f"model_reasoning_effort = {_toml_str(reasoning_effort or '')}")
+    if upstream is not None:
+        lines.append(f"model_provider = {_toml_str(PROVIDER_ID)}")
+    lines += [
+        "",
+        "[analytics]",
+        "enabled = false",
+        "",
+        "[otel]",
+        'exporter = "none"',
+        'trace_exporter = "none"',
+        'metrics_exporter = "none"',
+    ]
+    if upstream is not None:
+        lines += [
+            "",
+            f"[model_providers.{PROVIDER_ID}]",
+            'name = "OLP upstream"',
+            f"base_url = {_toml_str(upstream.base_url)}",
+            f"env_key = {_toml_str(upstream.env_key)}",
+            'wire_api = "responses"',
+            "request_max_retries = 0",
+            "stream_max_retries = 0",
+            # Only applies once the stream started; OLP's idle timeout covers the rest.
+            f"stream_idle_timeout_ms = {max(1000, idle_timeout_ms)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def home_files(config: str, system: str | None) -> dict[str, bytes]:
+    files = {CONFIG_FILE: config.encode()}
+    if system:
+        files[SYSTEM_FILE] = system.encode()
+    return files
+
+
+def reasoning_effort(extra: Mapping[str, Any]) -> str | None:
+    value = extra.get("reasoning_effort")
+    return value if isinstance(value, str) and value in _REASONING_EFFORTS else None
+
+
+# -- JSON-RPC (JSONL on stdio, no "jsonrpc" member) -------------------------------------
+
+
+def initialize() -> bytes:
+    return _rpc(
+        "initialize",
+        RpcId.INITIALIZE,
+        {"clientInfo": {"name": "olp", "title": "OLP", "version": "0.1.0"}},
+    )
+
+
+def initialized() -> bytes:
+    return orjson.dumps({"method": "initialized"}) + b"\n"
+
+
+def thread_start(model: str) -> bytes:
+    return _rpc(
+        "thread/start",
+        RpcId.THREAD_START,
+        {
+            "model": model,
+            "approvalPolicy": "never",
+            "sandbox": "read-only",
+            # No session files: nothing of the conversation stays on disk.
+            "ephemeral": True,
+        },
+    )
+
+
+def turn_start(thread_id: str, prompt: str) -> bytes:
+    return _rpc(
+        "turn/start",
+        RpcId.TURN_START,
+        {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
+    )
+
+
+def _rpc(method: str, rpc_id: int, params: Mapping[str, Any]) -> bytes:
+    return orjson.dumps({"method": method, "id": rpc_id, "params": params}) + b"\n"
+
+
+def _toml_str(value: str) -> str:
+    """A TOML basic string. JSON escapes are valid TOML escapes, except that TOML also
+    forbids a raw DEL; non-ASCII stays raw (TOML has no surrogate-pair escapes)."""
+    return orjson.dumps(value).decode().replace("\x7f", "\\u007f")
