@@ -165,7 +165,7 @@ def test_config_check_json(olp: Olp) -> None:
 def test_config_check_warns_but_exits_zero(olp: Olp) -> None:
     config = orjson.loads(orjson.dumps(VALID))
     config["routing"]["chains"]["sonnet"].insert(1, {"provider": "spare", "model": "x"})
-    config["routing"]["soft_triggers"] = {"claude": {"daily_request_count_threshold": 500}}
+    config["routing"]["soft_triggers"] = {"claude": {"credit_pool_percent_threshold": 90}}
     proc = olp.run("config", "check", config=config, env={"OPENAI_API_KEY": SECRET})
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -173,7 +173,7 @@ def test_config_check_warns_but_exits_zero(olp: Olp) -> None:
     assert "set providers.spare.enabled to true" in out
     assert "providers.claude.api_key_env: ANTHROPIC_API_KEY is not set" in out
     assert "export ANTHROPIC_API_KEY=" in out
-    assert "routing.soft_triggers.claude: soft triggers are not evaluated yet" in out
+    assert "routing.soft_triggers.claude.credit_pool_percent_threshold: can never fire" in out
     # The disabled hop is skipped in the resolved chain.
     assert re.search(r"sonnet\s+→ claude/claude-sonnet-4-5 → alpha/gpt-4o-mini", out)
     assert "3 warning(s)" in out

@@ -7,6 +7,7 @@ import click
 from olp import __version__
 from olp.cli.config_cmd import config_group
 from olp.cli.doctor import doctor
+from olp.cli.quota import providers, quota
 from olp.cli.start import start
 
 __all__ = ["cli", "main"]
@@ -36,6 +37,8 @@ def cli() -> None:
 cli.add_command(start)
 cli.add_command(config_group)
 cli.add_command(doctor)
+cli.add_command(quota)
+cli.add_command(providers)
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from olp.engine.routing import Router
 from olp.errors import ConfigError, OLPError
 from olp.providers.base import Provider
 from olp.providers.loader import build_providers
+from olp.quota import soft_trigger_warnings
 from olp.registry import Registry, load_registry
 
 __all__ = ["config_group"]
@@ -164,14 +165,10 @@ def _warnings(config: Config, registry: Registry, providers: Mapping[str, Provid
                     f"set providers.{name}.consent to true once you accept that risk",
                 )
             )
-    for name in config.routing.soft_triggers:
-        warns.append(
-            Warn(
-                f"routing.soft_triggers.{name}",
-                "soft triggers are not evaluated yet (they arrive with the quota work); "
-                "this entry is accepted but has no effect for now",
-            )
-        )
+    signals = {name: p.capabilities.quota_signals for name, p in providers.items()}
+    for warning in soft_trigger_warnings(config.routing.soft_triggers, signals):
+        path, _, message = warning.partition(" ")
+        warns.append(Warn(path, message))
     return warns
 
 

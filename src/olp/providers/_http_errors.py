@@ -92,6 +92,8 @@ _RESOURCES = _OPENAI_RESOURCES + _ANTHROPIC_RESOURCES
 _UNIFIED_RESET = "anthropic-ratelimit-unified-reset"
 # One of these on a response means it carries rate-limit headers worth remembering.
 _MARKERS = (
+    "anthropic-ratelimit-unified-5h-utilization",
+    "x-codex-primary-used-percent",
     "x-ratelimit-remaining-requests",
     "x-ratelimit-remaining-tokens",
     "anthropic-ratelimit-requests-remaining",
@@ -309,16 +311,32 @@ def quota_from_headers(headers: Mapping[str, str], now: float) -> QuotaSnapshot 
         reset = parse_reset(unified, now)
         if reset is not None:
             resets_all.append(reset)
-    if not remaining and not resets_all:
+    five_hour = _five_hour_utilisation(headers)
+    if not remaining and not resets_all and five_hour is None:
         return None
     resets = resets_out or resets_all
     return QuotaSnapshot(
+        five_hour_utilisation=five_hour,
         utilisation=None if utilisation is None else min(1.0, max(0.0, utilisation)),
         reset_at=max(resets) if resets else None,
         remaining_requests=remaining.get("requests"),
         remaining_tokens=remaining.get("tokens"),
         source="headers",
     )
+
+
+def _five_hour_utilisation(headers: Mapping[str, str]) -> float | None:
+    """Subscription windows: Anthropic's unified 5h header (0..1), Codex's primary window (%)."""
+    raw = headers.get("anthropic-ratelimit-unified-5h-utilization")
+    scale = 1.0
+    if raw is None and headers.get("x-codex-primary-window-minutes") == "300":
+        raw, scale = headers.get("x-codex-primary-used-percent"), 100.0
+    if raw is None:
+        return None
+    try:
+        return min(1.0, max(0.0, float(raw) / scale))
+    except ValueError:
+        return None
 
 
 def _int(value: str | None) -> int | None:

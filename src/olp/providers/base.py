@@ -40,6 +40,9 @@ class Capabilities:
     cacheable: bool = True
     # Request features this provider cannot honour and drops (shown by `olp doctor`).
     drops: tuple[str, ...] = ()
+    # Quota figures this provider can report in `quota()`: "five_hour" (utilisation of a
+    # rolling 5-hour window), "credit_pool". Soft triggers on anything else warn at start.
+    quota_signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,8 +67,10 @@ class ProviderHealth:
 class QuotaSnapshot:
     """What a provider knows about its own quota right now (None where unknown)."""
 
-    utilisation: float | None = None  # 0..1 of the current window
+    utilisation: float | None = None  # 0..1 of the current (short) window
     reset_at: float | None = None  # unix seconds
+    five_hour_utilisation: float | None = None  # 0..1 of a rolling 5-hour window
+    credit_pool_utilisation: float | None = None  # 0..1 of a credit pool
     remaining_requests: int | None = None
     remaining_tokens: int | None = None
     source: str = "unknown"

@@ -1,7 +1,20 @@
-"""Provider quota: cooldowns now; counters, signals and soft triggers hang here too."""
+"""Provider quota: counters, signals, cooldowns and soft triggers."""
 
 from __future__ import annotations
 
+from olp.quota.book import Figure, ProviderQuota, QuotaBook, State
 from olp.quota.cooldowns import Clock, Cooldown, Cooldowns
+from olp.quota.store import QuotaStore
+from olp.quota.warnings import soft_trigger_warnings
 
-__all__ = ["Clock", "Cooldown", "Cooldowns"]
+__all__ = [
+    "Clock",
+    "Cooldown",
+    "Cooldowns",
+    "Figure",
+    "ProviderQuota",
+    "QuotaBook",
+    "QuotaStore",
+    "State",
+    "soft_trigger_warnings",
+]

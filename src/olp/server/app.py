@@ -12,13 +12,15 @@ from olp.config import Config
 from olp.engine import FallbackEngine, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
-from olp.providers.base import ProviderPlugin
+from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
-from olp.quota import Clock, Cooldowns
+from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore, soft_trigger_warnings
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.chat import chat_completions
 from olp.server.context import AppContext
+from olp.server.quota_api import quota_status
+from olp.server.quota_sync import QuotaSync
 from olp.server.routes import health, list_models
 from olp.wire.openai_chat import error_body
 
@@ -33,6 +35,7 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/models": {"GET": list_models},
     "/models": {"GET": list_models},
     "/health": {"GET": health},
+    "/v0/management/quota": {"GET": quota_status},
 }
 
 
@@ -55,11 +58,21 @@ def create_app(
     registry = registry or load_registry()
     providers = build_providers(config, load_plugins() if plugins is None else plugins)
     cooldowns = Cooldowns(clock)
+    quota = QuotaBook(cooldowns, config.routing.soft_triggers, _snapshots(providers), clock)
     engine = FallbackEngine(
         cooldowns,
         default_retry_after_s=config.routing.default_retry_after_s,
         max_cooldown_s=config.routing.max_cooldown_s,
+        gates=[lambda hop: quota.soft_gate(hop.name)],
+        listeners=[lambda a: quota.on_attempt(a.provider, reached=a.outcome != "skipped")],
     )
+    sync = QuotaSync(quota, QuotaStore(config.home / "quota.db"))
+    sync.load()
+    for warning in soft_trigger_warnings(
+        config.routing.soft_triggers,
+        {name: p.capabilities.quota_signals for name, p in providers.items()},
+    ):
+        log.warning("soft_trigger_never_fires", detail=warning)
     ctx = AppContext(
         config=config,
         registry=registry,
@@ -68,16 +81,26 @@ def create_app(
         cooldowns=cooldowns,
         engine=engine,
         auth=authenticator or default_authenticator(config),
+        quota=quota,
         version=__version__,
     )
-    return OLPApp(ctx)
+    return OLPApp(ctx, sync)
+
+
+def _snapshots(providers: Mapping[str, Provider]) -> Callable[[str], QuotaSnapshot | None]:
+    def snapshot(name: str) -> QuotaSnapshot | None:
+        provider = providers.get(name)
+        return provider.quota() if provider is not None else None
+
+    return snapshot
 
 
 class OLPApp:
     """A plain ASGI application: a dict of routes and a lifespan, nothing in between."""
 
-    def __init__(self, ctx: AppContext) -> None:
+    def __init__(self, ctx: AppContext, quota_sync: QuotaSync) -> None:
         self.ctx = ctx
+        self.quota_sync = quota_sync
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -102,6 +125,7 @@ class OLPApp:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 log.info("started", version=__version__, providers=sorted(self.ctx.providers))
+                self.quota_sync.start()
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -109,6 +133,7 @@ class OLPApp:
                 return
 
     async def aclose(self) -> None:
+        await self.quota_sync.aclose()
         results = await asyncio.gather(
             *(p.aclose() for p in self.ctx.providers.values()), return_exceptions=True
         )

@@ -9,7 +9,7 @@ from olp.accounts import Authenticator, Identity, check_access, extract_token, u
 from olp.config import Config
 from olp.engine import Chain, FallbackEngine, Router
 from olp.providers.base import Provider
-from olp.quota import Cooldowns
+from olp.quota import Cooldowns, QuotaBook
 from olp.registry import Registry
 from olp.server.asgi import Request
 
@@ -25,6 +25,7 @@ class AppContext:
     cooldowns: Cooldowns
     engine: FallbackEngine
     auth: Authenticator
+    quota: QuotaBook
     version: str
     started_at: float = field(default_factory=time.time)
 

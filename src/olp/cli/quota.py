@@ -1,0 +1,97 @@
+"""`olp quota` and `olp providers reset`: quota state as the server last saved it."""
+
+from __future__ import annotations
+
+import time
+
+import click
+import orjson
+
+from olp.cli.common import fail, load_or_exit
+from olp.config import Config
+from olp.errors import OLPError
+from olp.quota import Cooldowns, ProviderQuota, QuotaBook, QuotaStore
+
+__all__ = ["providers", "quota"]
+
+
+def _open_store(config: Config) -> QuotaStore:
+    try:
+        return QuotaStore(config.home / "quota.db")
+    except OLPError as exc:
+        fail(exc.message)
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+def quota(as_json: bool) -> None:
+    """Show each provider's quota: state, counters, utilisation, reset time, sources.
+
+    \b
+    States: ok, soft_limited (a soft trigger fires: OLP skips it), cooling_down (after a
+    rate or quota limit, until the reset), unknown (no figures yet). The running server
+    saves this every second; here you see the latest save.
+
+    \b
+    Examples:
+      olp quota
+      olp quota --json | jq '.providers[] | select(.state != "ok")'
+    """
+    config = load_or_exit(detect_local_servers=False)
+    store = _open_store(config)
+    state, saved = store.load()
+    store.close()
+    book = QuotaBook(Cooldowns(), config.routing.soft_triggers, lambda _: None)
+    book.load(state)
+    rows = book.statuses(sorted(set(config.providers) | set(state)))
+    if as_json:
+        from olp.server.quota_api import provider_quota_json
+
+        payload = {"saved_at": saved, "providers": [provider_quota_json(q) for q in rows]}
+        click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+        return
+    click.echo(_table(rows))
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
+    click.echo(f"\nlast saved by the server: {when}")
+
+
+def _table(rows: list[ProviderQuota]) -> str:
+    lines = [f"{'provider':<16} {'state':<13} {'today':>6} {'5h':>5} {'5h used':>14}  resets"]
+    for q in rows:
+        used = q.five_hour_utilisation
+        used_text = f"{used.value:.0%} ({used.source})" if used.value is not None else "-"
+        reset = time.strftime("%H:%M UTC", time.gmtime(q.reset_at)) if q.reset_at else "-"
+        lines.append(
+            f"{q.provider:<16} {q.state:<13} {q.requests_today:>6} "
+            f"{q.five_hour_requests:>5} {used_text:>14}  {reset}"
+        )
+        for fired in q.fired:
+            lines.append(f"{'':<16} soft trigger: {fired}")
+        for c in q.cooldowns:
+            scope = f"{q.provider}/{c.model}" if c.model else q.provider
+            lines.append(f"{'':<16} cooling down: {scope} after {c.reason}: {c.message[:80]}")
+    return "\n".join(lines)
+
+
+@click.group()
+def providers() -> None:
+    """Act on providers."""
+
+
+@providers.command()
+@click.argument("name")
+def reset(name: str) -> None:
+    """End NAME's cooldowns now (the running server applies it within seconds).
+
+    \b
+    Example:
+      olp providers reset claude
+    """
+    config = load_or_exit(detect_local_servers=False)
+    if name not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none configured"
+        fail(f"unknown provider {name!r} (configured: {known})")
+    store = _open_store(config)
+    store.request_reset(name)
+    store.close()
+    click.echo(f"{name}: cooldowns ended")

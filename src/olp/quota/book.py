@@ -1,0 +1,259 @@
+"""What OLP knows about each provider's quota, and the soft triggers that act on it.
+
+The book keeps, per provider: request counters, the latest quota signal the provider
+reported (headers, CLI events), and its cooldowns. Soft triggers (seed ADR 0004) are
+evaluated before a hop runs: one that fires skips the hop without a request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from olp.errors import Failure, ProviderError
+from olp.providers.base import QuotaSnapshot
+from olp.quota.cooldowns import Clock, Cooldown, Cooldowns
+from olp.quota.counters import ProviderCounters
+
+__all__ = ["Figure", "ProviderQuota", "QuotaBook", "State"]
+
+State = Literal["ok", "soft_limited", "cooling_down", "unknown"]
+SnapshotSource = Callable[[str], QuotaSnapshot | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Figure:
+    """A number and where it came from, so the owner can judge it."""
+
+    value: float | None
+    source: str  # "signal", "counter", "counter/capacity", "none"
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderQuota:
+    provider: str
+    state: State
+    requests_today: int
+    five_hour_requests: int
+    five_hour_utilisation: Figure
+    credit_pool_utilisation: Figure
+    reset_at: float | None
+    signal_seen_at: float | None
+    cooldowns: tuple[Cooldown, ...]
+    thresholds: Mapping[str, float]
+    fired: tuple[str, ...]  # soft triggers that would fire now
+
+
+@dataclass(slots=True)
+class _Entry:
+    counters: ProviderCounters = field(default_factory=ProviderCounters)
+    signal: QuotaSnapshot | None = None
+    signal_seen_at: float | None = None
+
+
+class QuotaBook:
+    def __init__(
+        self,
+        cooldowns: Cooldowns,
+        thresholds: Mapping[str, Mapping[str, float]],
+        snapshots: SnapshotSource,
+        clock: Clock = time.time,
+    ) -> None:
+        self.cooldowns = cooldowns
+        self.thresholds = thresholds
+        self._snapshots = snapshots
+        self._clock = clock
+        self._entries: dict[str, _Entry] = {}
+
+    def _entry(self, provider: str) -> _Entry:
+        entry = self._entries.get(provider)
+        if entry is None:
+            entry = self._entries[provider] = _Entry()
+        return entry
+
+    # -- updates (hot path: memory only) --------------------------------------------
+
+    def on_attempt(self, provider: str, *, reached: bool) -> None:
+        """A hop ran (`reached`: a request really went to the provider) or was skipped."""
+        if not reached:
+            return
+        self._entry(provider).counters.add(self._clock())
+        if provider in self.thresholds:
+            self.refresh(provider)
+
+    def refresh(self, provider: str) -> None:
+        """Take the provider's latest quota signal (parsing it is not free: only when needed)."""
+        signal = self._snapshots(provider)
+        if signal is not None:
+            entry = self._entry(provider)
+            entry.signal, entry.signal_seen_at = signal, self._clock()
+
+    # -- soft triggers -----------------------------------------------------------------
+
+    def soft_gate(self, provider: str) -> ProviderError | None:
+        """The SOFT_TRIGGER error that skips this provider now, or None."""
+        limits = self.thresholds.get(provider)
+        if not limits:
+            return None
+        fired = self._fired(provider, limits)
+        if not fired:
+            return None
+        return ProviderError(
+            Failure.SOFT_TRIGGER,
+            f"soft trigger: {fired[0]}",
+            provider=provider,
+            reset_at=self._reset_at(provider),
+        )
+
+    def _fired(self, provider: str, limits: Mapping[str, float]) -> list[str]:
+        now = self._clock()
+        entry = self._entry(provider)
+        fired: list[str] = []
+        daily = limits.get("daily_request_count_threshold")
+        today = entry.counters.requests_today(now)
+        if daily is not None and today >= daily:
+            fired.append(f"{today} requests today ≥ daily_request_count_threshold {daily:g}")
+        five = limits.get("five_hour_window_percent_threshold")
+        if five is not None:
+            figure = self._five_hour(provider, entry, now)
+            if figure.value is not None and figure.value * 100 >= five:
+                fired.append(
+                    f"5-hour window {figure.value:.0%} used ({figure.source}) "
+                    f"≥ five_hour_window_percent_threshold {five:g}%"
+                )
+        credit = limits.get("credit_pool_percent_threshold")
+        if credit is not None:
+            pool = self._credit(entry)
+            if pool.value is not None and pool.value * 100 >= credit:
+                fired.append(
+                    f"credit pool {pool.value:.0%} used ≥ credit_pool_percent_threshold {credit:g}%"
+                )
+        return fired
+
+    def _five_hour(self, provider: str, entry: _Entry, now: float) -> Figure:
+        if entry.signal is not None and entry.signal.five_hour_utilisation is not None:
+            return Figure(entry.signal.five_hour_utilisation, "signal")
+        capacity = self.thresholds.get(provider, {}).get("five_hour_capacity")
+        if capacity:
+            return Figure(entry.counters.five_hour(now) / capacity, "counter/capacity")
+        return Figure(None, "none")
+
+    def _credit(self, entry: _Entry) -> Figure:
+        if entry.signal is not None and entry.signal.credit_pool_utilisation is not None:
+            return Figure(entry.signal.credit_pool_utilisation, "signal")
+        return Figure(None, "none")
+
+    def _reset_at(self, provider: str) -> float | None:
+        entry = self._entry(provider)
+        return entry.signal.reset_at if entry.signal is not None else None
+
+    # -- reports -----------------------------------------------------------------------
+
+    def status(self, provider: str) -> ProviderQuota:
+        self.refresh(provider)
+        now = self._clock()
+        entry = self._entry(provider)
+        cooling = tuple(c for c in self.cooldowns.active() if c.provider == provider)
+        limits = self.thresholds.get(provider, {})
+        fired = tuple(self._fired(provider, limits)) if limits else ()
+        state: State
+        if cooling:
+            state = "cooling_down"
+        elif fired:
+            state = "soft_limited"
+        elif (
+            entry.signal is None
+            and entry.counters.requests_today(now) == 0
+            and (entry.counters.five_hour(now) == 0)
+        ):
+            state = "unknown"
+        else:
+            state = "ok"
+        reset = max((c.until for c in cooling), default=None) or self._reset_at(provider)
+        return ProviderQuota(
+            provider=provider,
+            state=state,
+            requests_today=entry.counters.requests_today(now),
+            five_hour_requests=entry.counters.five_hour(now),
+            five_hour_utilisation=self._five_hour(provider, entry, now),
+            credit_pool_utilisation=self._credit(entry),
+            reset_at=reset,
+            signal_seen_at=entry.signal_seen_at,
+            cooldowns=cooling,
+            thresholds=limits,
+            fired=fired,
+        )
+
+    def statuses(self, providers: Iterable[str]) -> list[ProviderQuota]:
+        return [self.status(p) for p in providers]
+
+    # -- persistence -------------------------------------------------------------------
+
+    def dump(self) -> dict[str, dict[str, Any]]:
+        """JSON-able state per provider (counters, last signal, cooldowns)."""
+        state: dict[str, dict[str, Any]] = {}
+        cooling: dict[str, list[dict[str, Any]]] = {}
+        for c in self.cooldowns.active():
+            cooling.setdefault(c.provider, []).append(
+                {"model": c.model, "until": c.until, "reason": c.reason, "message": c.message}
+            )
+        for provider in sorted(set(self._entries) | set(cooling)):
+            self.refresh(provider)
+            entry = self._entry(provider)
+            state[provider] = {
+                "counters": entry.counters.to_json(),
+                "signal": _signal_json(entry.signal),
+                "signal_seen_at": entry.signal_seen_at,
+                "cooldowns": cooling.get(provider, []),
+            }
+        return state
+
+    def load(self, state: Mapping[str, Mapping[str, Any]]) -> None:
+        now = self._clock()
+        for provider, data in state.items():
+            entry = self._entry(provider)
+            counters = data.get("counters")
+            if isinstance(counters, dict):
+                entry.counters = ProviderCounters.from_json(counters)
+            entry.signal = _signal_from(data.get("signal"))
+            seen = data.get("signal_seen_at")
+            entry.signal_seen_at = float(seen) if isinstance(seen, int | float) else None
+            for c in data.get("cooldowns") or []:
+                until = float(c.get("until", 0))
+                if until > now:
+                    self.cooldowns.cool(
+                        provider,
+                        c.get("model"),
+                        until - now,
+                        str(c.get("reason", "")),
+                        str(c.get("message", "")),
+                    )
+
+
+_SIGNAL_FIELDS = (
+    "utilisation",
+    "reset_at",
+    "remaining_requests",
+    "remaining_tokens",
+    "five_hour_utilisation",
+    "credit_pool_utilisation",
+    "source",
+)
+
+
+def _signal_json(signal: QuotaSnapshot | None) -> dict[str, Any] | None:
+    if signal is None:
+        return None
+    return {name: getattr(signal, name) for name in _SIGNAL_FIELDS}
+
+
+def _signal_from(data: object) -> QuotaSnapshot | None:
+    if not isinstance(data, dict):
+        return None
+    known = {k: v for k, v in data.items() if k in _SIGNAL_FIELDS}
+    try:
+        return replace(QuotaSnapshot(), **known)
+    except TypeError:
+        return None

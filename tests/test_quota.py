@@ -1,0 +1,246 @@
+"""Quota: counters, soft triggers, cooldowns ending at their reset, state across restarts."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fakes.upstream import FakeUpstream, Status, Text
+from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer, olp_server, write_config
+
+AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def config(
+    alpha: FakeUpstream,
+    beta: FakeUpstream,
+    soft: dict[str, Any] | None = None,
+    alpha_type: str = "openai-http",
+) -> dict[str, Any]:
+    alpha_url = alpha.openai_base_url if alpha_type == "openai-http" else alpha.base_url
+    return {
+        "providers": {
+            "alpha": {"type": alpha_type, "base_url": alpha_url, "api_key_env": "ALPHA_KEY"},
+            "beta": {"type": "openai-http", "base_url": beta.openai_base_url},
+        },
+        "routing": {
+            "chains": {
+                "chat": [{"provider": "alpha", "model": "a"}, {"provider": "beta", "model": "b"}]
+            },
+            "soft_triggers": {"alpha": soft} if soft else {},
+        },
+    }
+
+
+@pytest.fixture
+def alpha() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def beta() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+def ask(server: ThreadServer | ProcessServer) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        headers=AUTH,
+        timeout=10,
+        json={"model": "chat", "messages": [{"role": "user", "content": "x"}]},
+    )
+
+
+def quota_of(server: ThreadServer | ProcessServer, provider: str) -> dict[str, Any]:
+    body = httpx.get(f"{server.base_url}/v0/management/quota", headers=AUTH).json()
+    entry: dict[str, Any] = next(p for p in body["providers"] if p["provider"] == provider)
+    return entry
+
+
+def test_daily_request_threshold_skips_before_any_request(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    cfg = config(alpha, beta, {"daily_request_count_threshold": 2})
+    with olp_server(tmp_path, cfg, {"ALPHA_KEY": "k"}) as server:
+        assert [ask(server).headers["x-olp-provider-used"] for _ in range(2)] == ["alpha"] * 2
+        third = ask(server)
+        assert third.headers["x-olp-provider-used"] == "beta"
+        [skip] = json.loads(third.headers["x-olp-fallback-detail"])
+        assert skip["code"] == "SOFT_TRIGGER"
+        assert skip["trigger"] == "skip"
+        assert "daily_request_count_threshold" in skip["message"]
+        assert alpha.calls == 2  # the third request never reached alpha
+        status = quota_of(server, "alpha")
+        assert status["state"] == "soft_limited"
+        assert status["requests_today"] == 2
+        assert status["sources"]["requests_today"] == "counter"
+
+
+def test_five_hour_threshold_counts_against_capacity(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    soft = {"five_hour_window_percent_threshold": 50, "five_hour_capacity": 4}
+    with olp_server(tmp_path, config(alpha, beta, soft), {"ALPHA_KEY": "k"}) as server:
+        ask(server)
+        ask(server)
+        assert ask(server).headers["x-olp-provider-used"] == "beta"
+        status = quota_of(server, "alpha")
+        assert status["five_hour_utilisation"] == {"value": 0.5, "source": "counter/capacity"}
+
+
+def test_five_hour_threshold_from_upstream_signal(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    alpha.script(
+        Text(
+            "hi",
+            headers={
+                "anthropic-ratelimit-unified-5h-utilization": "0.95",
+                "anthropic-ratelimit-unified-reset": "1900000000",
+            },
+        )
+    )
+    soft = {"five_hour_window_percent_threshold": 90}
+    cfg = config(alpha, beta, soft, alpha_type="anthropic-http")
+    with olp_server(tmp_path, cfg, {"ALPHA_KEY": "k"}) as server:
+        assert ask(server).headers["x-olp-provider-used"] == "alpha"
+        second = ask(server)
+        assert second.headers["x-olp-provider-used"] == "beta"
+        assert alpha.calls == 1
+        status = quota_of(server, "alpha")
+        assert status["five_hour_utilisation"] == {"value": 0.95, "source": "signal"}
+        assert status["reset_at"] == 1_900_000_000
+
+
+def test_cooldown_ends_at_reset_time(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    clock = FakeClock()
+    alpha.script(Status(429, {"error": {"message": "slow"}}, {"retry-after": "30"}))
+    with olp_server(tmp_path, config(alpha, beta), {"ALPHA_KEY": "k"}, clock=clock) as server:
+        assert ask(server).headers["x-olp-provider-used"] == "beta"
+        clock.now += 29
+        assert ask(server).headers["x-olp-provider-used"] == "beta"
+        assert alpha.calls == 1
+        assert quota_of(server, "alpha")["state"] == "cooling_down"
+        clock.now += 2
+        assert ask(server).headers["x-olp-provider-used"] == "alpha"
+        assert alpha.calls == 2
+
+
+def test_quota_exhausted_cools_until_the_signalled_reset(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    clock = FakeClock()
+    reset = clock.now + 3600
+    alpha.script(
+        Status(
+            429,
+            {"error": {"message": "quota", "code": "insufficient_quota"}},
+            {"x-ratelimit-reset-requests": "1h0m0s", "x-ratelimit-remaining-requests": "0"},
+        )
+    )
+    with olp_server(tmp_path, config(alpha, beta), {"ALPHA_KEY": "k"}, clock=clock) as server:
+        ask(server)
+        until = quota_of(server, "alpha")["cooldowns"][0]["until"]
+        assert abs(until - reset) < 5
+        clock.now = reset + 1
+        assert ask(server).headers["x-olp-provider-used"] == "alpha"
+
+
+def test_quota_state_survives_restart_and_cli_reset(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(home, config(alpha, beta))
+    env = {"ALPHA_KEY": "k"}
+    alpha.script(Status(429, {"error": {"message": "slow"}}, {"retry-after": "600"}))
+    with ProcessServer(home, env) as server:
+        assert ask(server).headers["x-olp-provider-used"] == "beta"
+    # A new process remembers the cooldown and the counter.
+    with ProcessServer(home, env) as server:
+        assert ask(server).headers["x-olp-provider-used"] == "beta"
+        assert alpha.calls == 1
+        assert quota_of(server, "alpha")["requests_today"] == 1
+        shown = olp_cli(home, "quota", "--json")
+        alpha_state = next(p for p in json.loads(shown)["providers"] if p["provider"] == "alpha")
+        assert alpha_state["state"] == "cooling_down"
+        assert "alpha" in olp_cli(home, "providers", "reset", "alpha")
+        deadline = time.monotonic() + 5
+        while ask(server).headers["x-olp-provider-used"] != "alpha":
+            assert time.monotonic() < deadline, "reset not applied by the running server"
+            time.sleep(0.2)
+
+
+def olp_cli(home: Path, *args: str) -> str:
+    env = {**os.environ, "OLP_HOME": str(home)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "olp", *args], env=env, capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def test_reset_of_unknown_provider_is_a_clear_error(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(home, config(alpha, beta))
+    proc = subprocess.run(
+        [sys.executable, "-m", "olp", "providers", "reset", "ghost"],
+        env={**os.environ, "OLP_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 2
+    assert "unknown provider 'ghost'" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_never_firing_soft_trigger_warns_at_start(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(home, config(alpha, beta, {"five_hour_window_percent_threshold": 80}))
+    with ProcessServer(home, {"ALPHA_KEY": "k"}) as server:
+        server.terminate()
+        assert server.proc is not None
+        _, stderr = server.proc.communicate(timeout=15)
+    assert "soft_trigger_never_fires" in stderr
+    assert "five_hour_capacity" in stderr
+
+
+def test_quota_endpoint_is_owner_only(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    cfg = config(alpha, beta)
+    cfg["auth"] = {"allow_anonymous": True}
+    with olp_server(tmp_path, cfg) as server:
+        anonymous = httpx.get(f"{server.base_url}/v0/management/quota")
+        assert anonymous.status_code == 403
+        assert anonymous.json()["error"]["code"] == "owner_required"
+        owner = httpx.get(f"{server.base_url}/v0/management/quota", headers=AUTH)
+        assert owner.status_code == 200
+        assert {p["provider"] for p in owner.json()["providers"]} == {"alpha", "beta"}
+        assert quota_of(server, "beta")["state"] == "unknown"
