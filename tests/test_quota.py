@@ -46,6 +46,8 @@ def config(
             },
             "soft_triggers": {"alpha": soft} if soft else {},
         },
+        # Identical requests would be answered from the cache: these tests count upstream calls.
+        "cache": {"enabled": False},
     }
 
 

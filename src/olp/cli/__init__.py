@@ -7,8 +7,11 @@ import click
 from olp import __version__
 from olp.cli.config_cmd import config_group
 from olp.cli.doctor import doctor
+from olp.cli.keys import keys_group
 from olp.cli.quota import providers, quota
+from olp.cli.setup import setup
 from olp.cli.start import start
+from olp.cli.usage import usage
 
 __all__ = ["cli", "main"]
 
@@ -37,8 +40,11 @@ def cli() -> None:
 cli.add_command(start)
 cli.add_command(config_group)
 cli.add_command(doctor)
+cli.add_command(keys_group)
 cli.add_command(quota)
 cli.add_command(providers)
+cli.add_command(setup)
+cli.add_command(usage)
 
 
 def main() -> None:

@@ -9,9 +9,10 @@ import click
 
 from olp import __version__
 from olp.accounts import OwnerKeyFile
+from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.cli.common import fail, load_or_exit
 from olp.config import Config
-from olp.errors import ConfigError
+from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging
 
 __all__ = ["start"]
@@ -53,7 +54,7 @@ def _announce(config: Config) -> None:
 
 def _ensure_owner_key(config: Config) -> None:
     keyfile = OwnerKeyFile(config.home)
-    if config.owner_token or keyfile.load_hash():
+    if config.owner_token or keyfile.load_hash() or _store_has_owner_key(config):
         return
     key = keyfile.create()
     click.echo(
@@ -65,6 +66,21 @@ def _ensure_owner_key(config: Config) -> None:
         "Lost it? Delete that file and restart, or set OLP_OWNER_TOKEN.\n",
         err=True,
     )
+
+
+def _store_has_owner_key(config: Config) -> bool:
+    """`olp setup` (or `olp keys create --tier owner`) already made an owner key."""
+    path = keys_db_path(config.home)
+    if not path.exists():
+        return False
+    try:
+        store = KeyStore.open(path)
+    except OLPError as exc:
+        fail(exc.message)
+    try:
+        return any(k.tier == "owner" for k in store.list_keys(include_revoked=False))
+    finally:
+        store.close()
 
 
 def _serve(config: Config) -> None:
@@ -79,6 +95,8 @@ def _serve(config: Config) -> None:
             app = create_app(config)
         except ConfigError as exc:
             fail(str(exc), hint="fix the file, then run `olp config check`")
+        except OLPError as exc:  # e.g. a damaged or locked SQLite file under OLP_HOME
+            fail(exc.message)
         click.echo(
             f"olp: listening on http://{config.server.host}:{config.server.port}/v1", err=True
         )

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import orjson
 
 from olp.config.model import ProviderConfig
 
-__all__ = ["KNOWN_API_KEYS", "KnownApi", "detect_providers"]
+__all__ = ["KNOWN_API_KEYS", "KNOWN_CLIS", "KnownApi", "KnownCli", "detect_providers"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +73,42 @@ KNOWN_API_KEYS = (
 OLLAMA_URL = "http://127.0.0.1:11434"
 
 
+@dataclass(frozen=True, slots=True)
+class KnownCli:
+    """A subscription CLI: used without a config file when its binary is on PATH and
+    its login file is in HOME."""
+
+    type: str
+    name: str
+    command: str
+    credentials: tuple[str, ...]  # relative to HOME; any one present means logged in
+    login: str  # what to run when it is not
+    models: tuple[str, ...]
+    # Risk tier B (docs/providers.md): never enabled without the owner's recorded consent.
+    needs_consent: bool = False
+
+
+KNOWN_CLIS = (
+    KnownCli(
+        "claude-cli",
+        "claude",
+        "claude",
+        (".claude/.credentials.json",),
+        "run `claude` and log in with /login",
+        ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
+    ),
+    KnownCli(
+        "qwen-cli",
+        "qwen",
+        "qwen",
+        (".qwen/oauth_creds.json",),
+        "run `qwen` and log in with /auth",
+        ("qwen3-coder-plus", "qwen3-coder-flash"),
+        needs_consent=True,
+    ),
+)
+
+
 def detect_providers(
     env: Mapping[str, str], *, probe_local: bool = True
 ) -> tuple[dict[str, ProviderConfig], list[str]]:
@@ -95,6 +133,7 @@ def detect_providers(
                 name="ollama", type="openai-http", base_url=f"{OLLAMA_URL}/v1", models=ollama
             )
             notes.append(f"found Ollama on {OLLAMA_URL} with {len(ollama)} model(s)")
+    _detect_clis(env, providers, notes)
     if not providers:
         notes.append(
             "no providers found: set an API key variable ("
@@ -106,6 +145,42 @@ def detect_providers(
         "(see docs/configuration.md), then run `olp config check`"
     )
     return providers, notes
+
+
+def _detect_clis(
+    env: Mapping[str, str], providers: dict[str, ProviderConfig], notes: list[str]
+) -> None:
+    """Logged-in subscription CLIs on PATH (only the PATH and HOME given in `env`)."""
+    # Imported here: load.py imports this module at its top.
+    from olp.config.load import CHILD_ENV_ALLOWLIST
+
+    path, home = env.get("PATH"), env.get("HOME")
+    if not path or not home:
+        return
+    inherited = {k: env[k] for k in CHILD_ENV_ALLOWLIST if k in env}
+    for cli in KNOWN_CLIS:
+        binary = shutil.which(cli.command, path=path)
+        if binary is None or cli.name in providers:
+            continue
+        if not any((Path(home) / rel).is_file() for rel in cli.credentials):
+            login = " or ".join(f"~/{rel}" for rel in cli.credentials)
+            notes.append(f"found {binary} but not its login ({login}): {cli.login}")
+            continue
+        if cli.needs_consent:
+            notes.append(
+                f"found {binary}, logged in, but not enabled: {cli.type} is risk tier B; "
+                f'add it to config.json with "consent": true (see docs/providers.md)'
+            )
+            continue
+        providers[cli.name] = ProviderConfig(
+            name=cli.name,
+            type=cli.type,
+            command=binary,
+            models=cli.models,
+            user_home=Path(home),
+            inherited_env=inherited,
+        )
+        notes.append(f"found {binary}, logged in: provider {cli.name!r} ({cli.type})")
 
 
 def _ollama_models() -> tuple[str, ...] | None:

@@ -96,6 +96,7 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         providers=providers,
         routing=routing,
         cache=cache,
+        pricing=pricing,
         source="file",
     )
 
@@ -127,6 +128,9 @@ def _auth(r: Reader) -> AuthConfig:
             "owner_endpoints_loopback_only", d.owner_endpoints_loopback_only
         ),
         fallback_detail_header_policy=policy,
+        metrics_loopback_unauthenticated=r.boolean(
+            "metrics_loopback_unauthenticated", d.metrics_loopback_unauthenticated
+        ),
     )
     r.done()
     return auth

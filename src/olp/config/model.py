@@ -91,6 +91,8 @@ class AuthConfig:
     allow_anonymous: bool = False
     owner_endpoints_loopback_only: bool = True
     fallback_detail_header_policy: DetailPolicy = "owner_only"
+    # GET /metrics from this machine without a key (a local Prometheus needs no secret).
+    metrics_loopback_unauthenticated: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,15 +5,18 @@ from __future__ import annotations
 from olp.engine.classify import Decision, decide
 from olp.engine.fallback import Attempt, AttemptListener, FallbackEngine, HopGate, Served
 from olp.engine.routing import Chain, Hop, Router
+from olp.engine.sources import CacheScope, HopSource
 
 __all__ = [
     "Attempt",
     "AttemptListener",
+    "CacheScope",
     "Chain",
     "Decision",
     "FallbackEngine",
     "Hop",
     "HopGate",
+    "HopSource",
     "Router",
     "Served",
     "decide",

@@ -16,10 +16,10 @@ from typing import Literal
 
 from olp.engine.classify import RATE_OR_QUOTA, SKIPS, decide
 from olp.engine.routing import Chain, Hop
+from olp.engine.sources import CacheScope, HopSource, find_cached, start
 from olp.errors import ChainFailed, Failure, HopFailure, ProviderError
 from olp.ir import ChatRequest, Event, Finish, is_content
 from olp.observability import event_logger
-from olp.providers.base import HopContext
 from olp.quota import Cooldowns
 
 __all__ = ["Attempt", "AttemptListener", "FallbackEngine", "HopGate", "Served"]
@@ -43,6 +43,9 @@ class Attempt:
     message: str = ""
     trigger: str = ""  # "fallback", "skip", "stop" for failures
     latency_ms: float = 0.0
+    # A request of this one's own reached the provider (not skipped, not a cache replay,
+    # not another request's shared call): what quota counters count.
+    upstream: bool = True
 
 
 # Checked before a hop runs; a returned error skips the hop without a request.
@@ -62,6 +65,7 @@ class Served:
     engine: FallbackEngine
     request_id: str
     started: float
+    source: HopSource
     truncated: bool = False
     error: ProviderError | None = None
     _closed: bool = field(default=False, repr=False)
@@ -112,25 +116,28 @@ class FallbackEngine:
         self.gates: list[HopGate] = [self._cooldown_gate, *gates]
         self.listeners = list(listeners)
 
-    async def open(self, chain: Chain, request: ChatRequest, request_id: str) -> Served:
+    async def open(
+        self, chain: Chain, request: ChatRequest, request_id: str, cache: CacheScope | None = None
+    ) -> Served:
         """Commit to the first hop that produces content; raise ChainFailed if none does."""
         failures: list[HopFailure] = []
         for hop in chain.hops:
-            skip = self._gate(hop)
-            if skip is not None:
-                self._record(request_id, chain, hop, skip, "skip", 0.0, failures)
-                continue
+            source = await find_cached(hop, cache)
+            if source is None:
+                skip = self._gate(hop)
+                if skip is not None:
+                    self._record(request_id, chain, hop, skip, "skip", 0.0, failures)
+                    continue
+                source = start(hop, request, request_id, cache)
             started = time.perf_counter()
-            stream = hop.provider.stream(
-                request.with_model(hop.model), HopContext(request_id=request_id, hop=hop.index)
-            )
+            stream = source.events
             try:
                 head, ended = await _until_content(stream)
             except Exception as raw:
                 await _close(stream)
                 exc = _as_provider_error(raw, hop.name)
                 trigger = "fallback" if decide(exc.failure).fallback else "stop"
-                self._record(request_id, chain, hop, exc, trigger, started, failures)
+                self._record(request_id, chain, hop, exc, trigger, started, failures, source)
                 if trigger == "stop":
                     raise self._stopped(failures, exc) from exc
                 continue
@@ -138,7 +145,9 @@ class FallbackEngine:
                 await _close(stream)
                 raise
             rest = None if ended else stream
-            return Served(chain, hop, tuple(failures), head, rest, self, request_id, started)
+            return Served(
+                chain, hop, tuple(failures), head, rest, self, request_id, started, source
+            )
         raise self._exhausted(failures)
 
     # -- gates -------------------------------------------------------------------------
@@ -175,11 +184,13 @@ class FallbackEngine:
         trigger: str,
         started: float,
         failures: list[HopFailure],
+        source: HopSource | None = None,
     ) -> None:
         self._cool_down(hop, exc)
         failures.append(HopFailure(hop.index, hop.name, hop.model, exc, trigger))
         outcome: Outcome = "skipped" if trigger == "skip" else "failed"
         latency = (time.perf_counter() - started) * 1000 if started else 0.0
+        upstream = source is not None and source.upstream
         self._emit(
             Attempt(
                 request_id,
@@ -192,6 +203,7 @@ class FallbackEngine:
                 exc.message,
                 trigger,
                 latency,
+                upstream,
             )
         )
 
@@ -215,6 +227,7 @@ class FallbackEngine:
             hop.model,
             outcome,
             latency_ms=latency,
+            upstream=served.source.upstream,
         )
 
     def _emit(self, attempt: Attempt) -> None:

@@ -25,6 +25,7 @@ from olp.ir import ChatRequest, ImagePart, Message, ResponseFormat, TextPart
 
 __all__ = [
     "COMMON_CLI_DROPS",
+    "DEFAULT_SYSTEM_PROMPT",
     "IMAGE_PLACEHOLDER",
     "CliPrompt",
     "dropped_features",
@@ -46,6 +47,9 @@ COMMON_CLI_DROPS = (
     "logprobs",
     "frequency_penalty / presence_penalty / logit_bias",
 )
+# Without a system prompt of the client's, a coding CLI would use its own (a coding
+# agent's, with tools and a workspace); an API caller expects a plain assistant.
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant."
 IMAGE_PLACEHOLDER = "[image omitted: this provider cannot receive images]"
 _TRANSCRIPT_HEAD = (
     "Below is a conversation between a user and an assistant, oldest message first, each "
@@ -120,7 +124,9 @@ def format_instruction(rf: ResponseFormat | None) -> str:
     )
 
 
-def dropped_features(request: ChatRequest, honoured: frozenset[str] = frozenset()) -> tuple[str, ...]:
+def dropped_features(
+    request: ChatRequest, honoured: frozenset[str] = frozenset()
+) -> tuple[str, ...]:
     """Names of the request's options that a CLI does not pass on, in a fixed order."""
     present: dict[str, Any] = {
         "temperature": request.temperature,
@@ -143,15 +149,24 @@ def _content(message: Message, keep_images: bool, images: list[ImagePart]) -> st
         return ""
     if isinstance(content, str):
         return content
+    # Adjacent text parts join as they are (like Message.text()); an image stands on its
+    # own line between them.
     out: list[str] = []
+    after_text = False
     for part in content:
         if isinstance(part, TextPart):
-            out.append(part.text)
-        elif keep_images:
+            if after_text:
+                out[-1] += part.text
+            else:
+                out.append(part.text)
+            after_text = True
+            continue
+        if keep_images:
             images.append(part)
             out.append(f"[image {len(images)}]")
         else:
             out.append(IMAGE_PLACEHOLDER)
+        after_text = False
     return "\n".join(out)
 
 

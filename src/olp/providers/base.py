@@ -38,6 +38,9 @@ class Capabilities:
     sampling: bool = True
     max_concurrent: int | None = None
     cacheable: bool = True
+    # Honours Anthropic `cache_control` prompt-caching markers: OLP's own cache steps aside
+    # for requests that carry them (DESIGN §7).
+    prompt_cache_markers: bool = False
     # Request features this provider cannot honour and drops (shown by `olp doctor`).
     drops: tuple[str, ...] = ()
     # Quota figures this provider can report in `quota()`: "five_hour" (utilisation of a

@@ -25,9 +25,7 @@ def load_plugins() -> dict[str, ProviderPlugin]:
     return plugins
 
 
-def build_providers(
-    config: Config, plugins: Mapping[str, ProviderPlugin]
-) -> dict[str, Provider]:
+def build_providers(config: Config, plugins: Mapping[str, ProviderPlugin]) -> dict[str, Provider]:
     """One provider object per *enabled* configured provider."""
     providers: dict[str, Provider] = {}
     for name, pconf in config.enabled_providers().items():

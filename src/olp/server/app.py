@@ -7,7 +7,15 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 
 from olp import __version__
-from olp.accounts import Authenticator, OwnerKeyFile, StaticAuthenticator, hash_key
+from olp.accounts import Authenticator, OwnerKeyFile, hash_key
+from olp.accounts.dbauth import DbAuthenticator
+from olp.accounts.keystore import keys_db_path
+from olp.accounts.ledger import Ledger
+from olp.accounts.ledger_rows import LEDGER_FILE
+from olp.accounts.usage_query import read_limit_seeds
+from olp.accounts.limits import LimitKeeper
+from olp.accounts.pricing import Pricing
+from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import FallbackEngine, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
@@ -19,9 +27,16 @@ from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.chat import chat_completions
 from olp.server.context import AppContext
+from olp.server.dashboard_api import dashboard_data
+from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
+from olp.server.dashboard_page import dashboard_asset
+from olp.server.management import usage_status
+from olp.server.metrics_api import metrics_endpoint
+from olp.server.observers import ledger_attempts, ledger_requests, limit_usage
 from olp.server.quota_api import quota_status
 from olp.server.quota_sync import QuotaSync
 from olp.server.routes import health, list_models
+from olp.server.status_api import management_status
 from olp.wire.openai_chat import error_body
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
@@ -36,6 +51,11 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/models": {"GET": list_models},
     "/health": {"GET": health},
     "/v0/management/quota": {"GET": quota_status},
+    "/v0/management/usage": {"GET": usage_status},
+    "/v0/management/status": {"GET": management_status},
+    "/v0/management/dashboard": {"GET": dashboard_data},
+    "/metrics": {"GET": metrics_endpoint},
+    **{path: {"GET": dashboard_asset} for path in DASHBOARD_ASSETS},
 }
 
 
@@ -43,7 +63,10 @@ def default_authenticator(config: Config) -> Authenticator:
     hashes = [h for h in (OwnerKeyFile(config.home).load_hash(),) if h]
     if config.owner_token:
         hashes.append(hash_key(config.owner_token))
-    return StaticAuthenticator(hashes, allow_anonymous=config.auth.allow_anonymous)
+    # Raises DatabaseError (naming the file and the fix) if the key store is unusable.
+    return DbAuthenticator(
+        keys_db_path(config.home), hashes, allow_anonymous=config.auth.allow_anonymous
+    )
 
 
 def create_app(
@@ -64,7 +87,7 @@ def create_app(
         default_retry_after_s=config.routing.default_retry_after_s,
         max_cooldown_s=config.routing.max_cooldown_s,
         gates=[lambda hop: quota.soft_gate(hop.name)],
-        listeners=[lambda a: quota.on_attempt(a.provider, reached=a.outcome != "skipped")],
+        listeners=[lambda a: quota.on_attempt(a.provider, reached=a.upstream)],
     )
     sync = QuotaSync(quota, QuotaStore(config.home / "quota.db"))
     sync.load()
@@ -81,9 +104,22 @@ def create_app(
         cooldowns=cooldowns,
         engine=engine,
         auth=authenticator or default_authenticator(config),
+        limits=LimitKeeper(clock),
         quota=quota,
+        ledger=Ledger.open(config.home),
+        pricing=Pricing(registry, config),
+        cache=ResponseCache(config.cache, config.home, clock),
         version=__version__,
     )
+    # Limits hold across restarts: today's and this month's usage per key, from the ledger.
+    ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
+    engine.listeners.append(ledger_attempts(ctx.ledger))
+    ctx.observers += [
+        ledger_requests(ctx.ledger, ctx.pricing, config),
+        limit_usage(ctx.limits, ctx.pricing, config),
+    ]
+    engine.listeners.append(ctx.metrics.on_attempt)
+    ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets
     return OLPApp(ctx, sync)
 
 
@@ -101,6 +137,7 @@ class OLPApp:
     def __init__(self, ctx: AppContext, quota_sync: QuotaSync) -> None:
         self.ctx = ctx
         self.quota_sync = quota_sync
+        self._background: list[asyncio.Task[None]] = []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -126,6 +163,8 @@ class OLPApp:
             if message["type"] == "lifespan.startup":
                 log.info("started", version=__version__, providers=sorted(self.ctx.providers))
                 self.quota_sync.start()
+                if isinstance(self.ctx.auth, DbAuthenticator):
+                    self._background.append(asyncio.create_task(self.ctx.auth.run_background()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -133,13 +172,22 @@ class OLPApp:
                 return
 
     async def aclose(self) -> None:
+        await self.ctx.health_checks.aclose()  # before the providers it calls are closed
         await self.quota_sync.aclose()
+        for task in self._background:
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if isinstance(self.ctx.auth, DbAuthenticator):
+            await self.ctx.auth.aclose()  # writes the last-used times still in memory
         results = await asyncio.gather(
             *(p.aclose() for p in self.ctx.providers.values()), return_exceptions=True
         )
         for name, result in zip(self.ctx.providers, results, strict=True):
             if isinstance(result, Exception):
                 log.warning("provider_close_failed", provider=name, error=repr(result))
+        await self.ctx.cache.aclose()  # flights were cancelled with the providers' streams
+        # Last: every row recorded until now (also while providers closed) is written.
+        await self.ctx.ledger.aclose()
 
 
 def _route(method: str, path: str) -> Handler:

@@ -6,13 +6,16 @@ import asyncio
 import time
 from dataclasses import dataclass
 
-from olp.engine import Chain, FallbackEngine, Served
+from olp.accounts import Identity
+from olp.cache import cache_policy, request_fingerprint
+from olp.engine import CacheScope, Chain, FallbackEngine, Served
 from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
-from olp.ir import ChatRequest, ResponseBuilder
+from olp.ir import ChatRequest, ResponseBuilder, Usage
 from olp.observability import event_logger
 from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.meta import ResponseMeta
+from olp.server.outcome import RequestOutcome
 from olp.wire.openai_chat import ChunkEncoder, completion_body, error_body, parse_chat_request
 
 __all__ = ["chat_completions"]
@@ -35,6 +38,13 @@ class _Exchange:
     send: Send
     meta: ResponseMeta
     started: bool = False
+    stream: bool = False
+    requested: str = "unknown"
+    status: int = 200
+    error: OLPError | None = None
+    usage: Usage | None = None
+    ttft_ms: float | None = None
+    served: Served | None = None
 
     async def start_sse(self) -> None:
         headers = [*_SSE_HEADERS, *self.meta.headers(self.ctx.config.auth)]
@@ -46,6 +56,8 @@ class _Exchange:
 
     async def fail(self, err: OLPError) -> None:
         self.meta.note_failure(err)
+        self.error = err
+        self.status = 200 if self.started else err.http_status
         if self.started:
             # Headers are out (heartbeat): the error travels as a final SSE frame.
             await self.frame(error_frame(err), last=True)
@@ -72,13 +84,18 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         server = ctx.config.server
         body = await req.body(server.max_body_bytes, server.body_timeout_s)
         request = parse_chat_request(body)
-        ex.meta.model = request.model
+        ex.meta.model, ex.stream = request.model, request.stream
+        ex.requested = request.model
         chain = ctx.authorize(ex.meta.identity, ctx.router.resolve(request.model))
+        ctx.limits.check(ex.meta.identity)  # 429 key_limit_exceeded, with Retry-After
+        ctx.limits.on_request(ex.meta.identity.key_id)
+        scope = _cache_scope(ctx, req, ex.meta.identity, request, body)
+        ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         watch = DisconnectWatch(req.receive)
         if request.stream:
-            await _stream(ex, chain, request)
+            await _stream(ex, chain, request, scope)
         else:
-            await _complete(ex, chain, request)
+            await _complete(ex, chain, request, scope)
     except OLPError as err:
         await ex.fail(err)
     except ClientGone:
@@ -96,6 +113,60 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     finally:
         if watch is not None:
             watch.stop()
+        _finished(ex)
+
+
+def _cache_scope(
+    ctx: AppContext, req: Request, identity: Identity, request: ChatRequest, body: bytes
+) -> CacheScope | None:
+    """The cache's part in this request, or None when the cache is off or bypassed."""
+    if not ctx.config.cache.enabled:
+        return None
+    cache_control = req.header(b"cache-control")
+    lookup, store = cache_policy(cache_control.decode("latin-1") if cache_control else None)
+    if not store:
+        return None
+    return CacheScope(
+        cache=ctx.cache,
+        namespace=identity.key_id,
+        fingerprint=request_fingerprint(request),
+        lookup=lookup,
+        store=store,
+        # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
+        prompt_cache_markers=b'"cache_control"' in body,
+    )
+
+
+def _finished(ex: _Exchange) -> None:
+    """Hand the finished request to every observer (ledger, limits, metrics)."""
+    meta, served = ex.meta, ex.served
+    if ex.error is None and served is None:
+        return  # the client went away before anything happened: nothing to record
+    outcome = RequestOutcome(
+        request_id=meta.request_id,
+        started_at=meta.wall_start,
+        identity=meta.identity,
+        requested_model=ex.requested,
+        provider=meta.provider,
+        model=meta.model,
+        hops=meta.hops,
+        cache=meta.cache,
+        status=ex.status,
+        error_code=ex.error.code if ex.error is not None else None,
+        error_message=ex.error.message if ex.error is not None else None,
+        usage=ex.usage,
+        stream=ex.stream,
+        latency_ms=(time.perf_counter() - meta.started) * 1000,
+        ttft_ms=ex.ttft_ms,
+        failures=meta.failures,
+        truncated=served.truncated if served is not None else False,
+        shared=served is not None and not served.source.upstream,
+    )
+    for observer in ex.ctx.observers:
+        try:
+            observer(outcome)
+        except Exception:  # an observer's bug must not break the response
+            log.error("observer_failed", request_id=meta.request_id, exc_info=True)
 
 
 def _uncancel() -> None:
@@ -105,26 +176,33 @@ def _uncancel() -> None:
         task.uncancel()
 
 
-async def _complete(ex: _Exchange, chain: Chain, request: ChatRequest) -> None:
-    served = await ex.ctx.engine.open(chain, request, ex.meta.request_id)
+async def _complete(
+    ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
+) -> None:
+    served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope)
+    _note_served(ex, served)
     try:
         builder = ResponseBuilder()
         async for event in served.events():
             builder.add(event)
     finally:
         await served.aclose()
-    _note_served(ex.meta, served)
-    body = completion_body(builder.build(), _completion_id(ex), request.model, int(time.time()))
+    response = builder.build()
+    ex.usage = response.usage
+    body = completion_body(response, _completion_id(ex), request.model, int(time.time()))
+    ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
     await send_bytes(ex.send, 200, [_JSON, *ex.meta.headers(ex.ctx.config.auth)], body)
 
 
-async def _stream(ex: _Exchange, chain: Chain, request: ChatRequest) -> None:
+async def _stream(
+    ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
+) -> None:
     try:
-        served = await _open_with_heartbeat(ex, ex.ctx.engine, chain, request)
+        served = await _open_with_heartbeat(ex, ex.ctx.engine, chain, request, scope)
     except ChainFailed as err:
         await ex.fail(err)
         return
-    _note_served(ex.meta, served)
+    _note_served(ex, served)
     encoder = ChunkEncoder(
         _completion_id(ex), request.model, int(time.time()), request.include_usage
     )
@@ -132,8 +210,12 @@ async def _stream(ex: _Exchange, chain: Chain, request: ChatRequest) -> None:
         if not ex.started:
             await ex.start_sse()
         async for event in served.events():
+            if isinstance(event, Usage):
+                ex.usage = event
             data = encoder.encode(event)
             if data:
+                if ex.ttft_ms is None:
+                    ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
                 await ex.frame(data)
         await ex.frame(encoder.done(), last=True)
     finally:
@@ -141,7 +223,11 @@ async def _stream(ex: _Exchange, chain: Chain, request: ChatRequest) -> None:
 
 
 async def _open_with_heartbeat(
-    ex: _Exchange, engine: FallbackEngine, chain: Chain, request: ChatRequest
+    ex: _Exchange,
+    engine: FallbackEngine,
+    chain: Chain,
+    request: ChatRequest,
+    scope: CacheScope | None,
 ) -> Served:
     """Run the chain; if it is slow to produce content, keep the client's line alive.
 
@@ -155,7 +241,7 @@ async def _open_with_heartbeat(
         interval, lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, interval)))
     )
     try:
-        return await engine.open(chain, request, ex.meta.request_id)
+        return await engine.open(chain, request, ex.meta.request_id, scope)
     finally:
         timer.cancel()
         for beat in beats:
@@ -171,11 +257,14 @@ async def _heartbeat(ex: _Exchange, interval: float) -> None:
         await asyncio.sleep(interval)
 
 
-def _note_served(meta: ResponseMeta, served: Served) -> None:
+def _note_served(ex: _Exchange, served: Served) -> None:
+    meta = ex.meta
+    ex.served = served
     meta.provider = served.hop.name
     meta.model = served.hop.model
     meta.hops = served.hop.index
     meta.failures = served.failures
+    meta.cache = served.source.cache
 
 
 def _completion_id(ex: _Exchange) -> str:

@@ -6,12 +6,19 @@ import time
 from dataclasses import dataclass, field
 
 from olp.accounts import Authenticator, Identity, check_access, extract_token, usable_providers
+from olp.accounts.ledger import Ledger
+from olp.accounts.limits import LimitKeeper
+from olp.accounts.pricing import Pricing
+from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import Chain, FallbackEngine, Router
 from olp.providers.base import Provider
 from olp.quota import Cooldowns, QuotaBook
 from olp.registry import Registry
 from olp.server.asgi import Request
+from olp.server.health_checks import HealthChecks
+from olp.server.metrics import Metrics
+from olp.server.outcome import OutcomeObserver
 
 __all__ = ["AppContext"]
 
@@ -26,8 +33,19 @@ class AppContext:
     engine: FallbackEngine
     auth: Authenticator
     quota: QuotaBook
+    ledger: Ledger
+    pricing: Pricing
+    cache: ResponseCache
     version: str
     started_at: float = field(default_factory=time.time)
+    # Told about every finished chat request (ledger, limits, metrics); O(1) each.
+    observers: list[OutcomeObserver] = field(default_factory=list)
+    # Per-key limits (requests/min, /day, tokens/day, USD/month), counted in memory.
+    limits: LimitKeeper = field(default_factory=LimitKeeper)
+    # In-memory request metrics (fed by an outcome observer and an engine listener) and
+    # the last provider health checks: what /metrics, status and the dashboard read.
+    metrics: Metrics = field(default_factory=Metrics)
+    health_checks: HealthChecks = field(default_factory=HealthChecks)
 
     def token(self, req: Request) -> str | None:
         return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))

@@ -25,6 +25,7 @@ def new_request_id() -> str:
 class ResponseMeta:
     request_id: str = field(default_factory=new_request_id)
     started: float = field(default_factory=time.perf_counter)
+    wall_start: float = field(default_factory=time.time)
     identity: Identity | None = None
     provider: str = "none"
     model: str = "unknown"

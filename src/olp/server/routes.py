@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import orjson
 
-from olp.accounts import allowed
+from olp.accounts import Identity, allowed, usable_providers
 from olp.errors import OLPError
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
+from olp.server.status_api import provider_entry
 
 __all__ = ["health", "list_models"]
 
@@ -18,7 +21,7 @@ async def list_models(ctx: AppContext, req: Request, send: Send) -> None:
     identity = ctx.auth.authenticate(ctx.token(req))
     data = []
     for model_id, owner in ctx.router.model_ids():
-        if not allowed(identity.allowed_models, model_id):
+        if not _may_use(ctx, identity, model_id):
             continue
         info = ctx.registry.model(ctx.registry.canonical(model_id) or model_id)
         created = info.created if info else int(ctx.started_at)
@@ -27,33 +30,44 @@ async def list_models(ctx: AppContext, req: Request, send: Send) -> None:
     await send_bytes(send, 200, [_JSON], body)
 
 
+def _may_use(ctx: AppContext, identity: Identity, model_id: str) -> bool:
+    """The model is on the key's list and some provider serving it is one the key may use."""
+    if not allowed(identity.allowed_models, model_id):
+        return False
+    if identity.allowed_providers is None:
+        return True
+    try:
+        providers = ctx.router.resolve(model_id).providers()
+    except OLPError:
+        return False
+    return bool(usable_providers(identity, providers))
+
+
 async def health(ctx: AppContext, req: Request, send: Send) -> None:
-    """Public liveness; an owner token also gets each provider's state."""
+    """Public liveness; the owner (from where owner endpoints answer) also gets each
+    provider's state, health check, spawns, cooldowns and median latencies."""
     payload: dict[str, object] = {"ok": True, "version": ctx.version}
-    token = ctx.token(req)
-    if token is not None:
-        try:
-            identity = ctx.auth.authenticate(token)
-        except OLPError:  # a bad token still gets the public answer
-            identity = None
-        if identity is not None and identity.is_owner:
-            payload["providers"] = _provider_detail(ctx)
+    if _is_owner(ctx, req):
+        # Waits for a stale health check (bounded): a script asking /health wants it now.
+        await ctx.health_checks.fresh(ctx.providers)
+        now = time.time()
+        detail = {}
+        for name in ctx.config.providers:
+            entry = provider_entry(ctx, name, now)
+            del entry["name"]
+            detail[name] = entry
+        payload["providers"] = detail
     await send_bytes(send, 200, [_JSON], orjson.dumps(payload))
 
 
-def _provider_detail(ctx: AppContext) -> dict[str, object]:
-    cooling: dict[str, list[dict[str, object]]] = {}
-    for c in ctx.cooldowns.active():
-        cooling.setdefault(c.provider, []).append(
-            {"model": c.model, "until": c.until, "reason": c.reason}
-        )
-    detail: dict[str, object] = {}
-    for name, pconf in ctx.config.providers.items():
-        provider = ctx.providers.get(name)
-        detail[name] = {
-            "type": pconf.type,
-            "enabled": provider is not None,
-            "state": "cooling_down" if name in cooling else ("ok" if provider else "disabled"),
-            "cooldowns": cooling.get(name, []),
-        }
-    return detail
+def _is_owner(ctx: AppContext, req: Request) -> bool:
+    token = ctx.token(req)
+    if token is None:
+        return False
+    try:
+        identity = ctx.auth.authenticate(token)
+    except OLPError:  # a bad token still gets the public answer
+        return False
+    if ctx.config.auth.owner_endpoints_loopback_only and not req.is_loopback():
+        return False
+    return identity.is_owner

@@ -34,15 +34,19 @@ from olp.providers.codex_cli.translate import RpcId
 __all__ = ["AppServerTurn", "quota_from_rate_limits", "usage_from"]
 
 _REASONING = ("item/reasoning/summaryTextDelta", "item/reasoning/textDelta")
+_FIVE_HOURS_MIN = 300
 
 
 class AppServerTurn:
     """One request's conversation with one `codex app-server` process."""
 
-    def __init__(self, provider: str, model: str, prompt: str) -> None:
+    def __init__(
+        self, provider: str, model: str, prompt: str, images: tuple[str, ...] = ()
+    ) -> None:
         self.provider = provider
         self._model = model
         self._prompt = prompt
+        self._images = images
         self.thread_id: str | None = None
         self.done = False
         self.quota: QuotaSnapshot | None = None
@@ -70,6 +74,10 @@ class AppServerTurn:
             return [], b""
         if "id" in msg and "method" not in msg:
             return [], self._response(msg)
+        if "id" in msg:
+            # A request from the server (an approval, a question for the user): nobody is
+            # there to answer, so decline at once rather than let the turn wait forever.
+            return [], translate.decline(msg["id"])
         return self._notification(str(msg.get("method") or ""), msg.get("params") or {}), b""
 
     def ended(self, status: int | None, stderr: str) -> list[Event]:
@@ -109,7 +117,7 @@ class AppServerTurn:
                     provider=self.provider,
                 )
             self.thread_id = thread_id
-            return translate.turn_start(thread_id, self._prompt)
+            return translate.turn_start(thread_id, self._prompt, self._images)
         return b""
 
     # -- notifications -------------------------------------------------------------------
@@ -153,7 +161,9 @@ class AppServerTurn:
         message = str(error.get("message") or "")
         details = error.get("additionalDetails")
         if params.get("willRetry"):
-            if not failures.is_connection_retry(message, details if isinstance(details, str) else None):
+            if not failures.is_connection_retry(
+                message, details if isinstance(details, str) else None
+            ):
                 return []  # Codex's own reconnect progress; a final error follows
             failure = ProviderError(
                 Failure.TRANSPORT,
@@ -223,9 +233,13 @@ def quota_from_rate_limits(limits: Any) -> QuotaSnapshot | None:
                     extra[f"{name}_{key}"] = float(value)
     used = main.get("usedPercent")
     reset = main.get("resetsAt")
+    utilisation = float(used) / 100 if isinstance(used, int | float) else None
+    # ChatGPT plans' primary window is the rolling 5 hours (300 minutes).
+    five_hour = utilisation if main.get("windowDurationMins") == _FIVE_HOURS_MIN else None
     return QuotaSnapshot(
-        utilisation=float(used) / 100 if isinstance(used, int | float) else None,
+        utilisation=utilisation,
         reset_at=float(reset) if isinstance(reset, int | float) else None,
+        five_hour_utilisation=five_hour,
         source="codex app-server account/rateLimits/updated",
         extra=extra,
     )

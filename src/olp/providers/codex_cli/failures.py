@@ -7,23 +7,24 @@ then the text, which is all `exec` and older versions give ("You've hit your usa
 limit … try again at 4:37 PM", "exceeded retry limit, last status: 429 …",
 "unexpected status 503 Service Unavailable: …").
 
-Reset times: Codex renders "try again at 4:37 PM" in the child's zone, and OLP runs every
-child with TZ=UTC, so a bare time is the next such UTC wall-clock time.
+Reset times ("try again at 4:37 PM", "… in 5 days 22 hours 11 minutes") are read by the
+shared `_reset_time`: Codex renders them in the child's zone, and every child runs with
+TZ=UTC.
 """
 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta
+import time
 from typing import Any
 
 from olp.errors import Failure, ProviderError
+from olp.providers._reset_time import parse_reset
 
 __all__ = [
     "classify",
     "is_connection_retry",
     "is_usage_limit",
-    "parse_reset_at",
     "status_failure",
 ]
 
@@ -33,18 +34,6 @@ _USAGE_LIMIT = re.compile(
     re.IGNORECASE,
 )
 _STATUS_IN_TEXT = re.compile(r"(?:last status|unexpected status)[:\s]+(\d{3})\b", re.IGNORECASE)
-_IN_DURATION = re.compile(
-    r"try again in\s+((?:\d+\s*(?:days?|hours?|hrs?|minutes?|mins?|seconds?|secs?)[\s,and]*)+)",
-    re.IGNORECASE,
-)
-_DURATION_PART = re.compile(r"(\d+)\s*(d|h|m|s)", re.IGNORECASE)
-_AT_TIME = re.compile(
-    r"try again at\s+(?:(?P<mon>[A-Z][a-z]{2})[a-z]*\.?\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?,?\s+"
-    r"(?:(?P<year>\d{4}),?\s+)?)?(?P<h>\d{1,2}):(?P<m>\d{2})\s*(?P<ampm>[AP]M)?",
-    re.IGNORECASE,
-)
-_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
-_UNIT_S = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 # Text of errors that mean "the connection itself failed" (codex then waits for the
 # network forever, retries off or not).
 _CONNECTION = re.compile(
@@ -90,7 +79,7 @@ def is_connection_retry(message: str, details: str | None) -> bool:
 
 
 def classify(
-    provider: str, message: str, info: Any = None, *, now: datetime | None = None
+    provider: str, message: str, info: Any = None, *, now: float | None = None
 ) -> ProviderError:
     """One fatal Codex error (its text and app-server `codexErrorInfo`) → ProviderError."""
     status = _info_status(info) or _text_status(message)
@@ -103,7 +92,7 @@ def classify(
         failure = _text_failure(message)
     reset_at = None
     if failure is Failure.QUOTA_EXHAUSTED:
-        reset_at = parse_reset_at(message, now or datetime.now(UTC))
+        reset_at = parse_reset(message, time.time() if now is None else now)
     return ProviderError(
         failure,
         f"codex: {message}" if message else "codex: the turn failed",
@@ -144,46 +133,3 @@ def _text_failure(message: str) -> Failure:
     if _DISCONNECTED.search(message):
         return Failure.TRANSPORT
     return Failure.UPSTREAM_ERROR
-
-
-def parse_reset_at(message: str, now: datetime) -> float | None:
-    """When a usage limit lifts, from Codex's text; None if it does not say."""
-    if match := _IN_DURATION.search(message):
-        seconds = sum(
-            int(n) * _UNIT_S[u.lower()] for n, u in _DURATION_PART.findall(match.group(1))
-        )
-        return (now + timedelta(seconds=seconds)).timestamp() if seconds else None
-    if match := _AT_TIME.search(message):
-        return _at_time(match, now)
-    return None
-
-
-def _at_time(match: re.Match[str], now: datetime) -> float | None:
-    hour, minute = int(match["h"]), int(match["m"])
-    ampm = (match["ampm"] or "").upper()
-    if ampm == "PM" and hour != 12:
-        hour += 12
-    elif ampm == "AM" and hour == 12:
-        hour = 0
-    if hour > 23 or minute > 59:
-        return None
-    if match["mon"]:
-        return _on_date(match, hour, minute, now)
-    at = now.replace(hour=hour, minute=minute, second=0, microsecond=0)
-    if at <= now:
-        at += timedelta(days=1)
-    return at.timestamp()
-
-
-def _on_date(match: re.Match[str], hour: int, minute: int, now: datetime) -> float | None:
-    mon = match["mon"].lower()[:3]
-    if mon not in _MONTHS:
-        return None
-    year = int(match["year"]) if match["year"] else now.year
-    try:
-        at = datetime(year, _MONTHS.index(mon) + 1, int(match["day"]), hour, minute, tzinfo=UTC)
-    except ValueError:
-        return None
-    if not match["year"] and at < now - timedelta(days=1):
-        at = at.replace(year=year + 1)  # "Jan 2nd" said in late December
-    return at.timestamp()

@@ -8,12 +8,14 @@ model (`codex --version`, `codex login status`).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
-from olp.providers._prompt import COMMON_CLI_DROPS, serialise
+from olp.providers._cli_stream import cli_version
+from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._subprocess import CliInvocation, CliRunner
 from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.codex_cli import translate
@@ -21,8 +23,7 @@ from olp.providers.codex_cli.events import AppServerTurn
 
 __all__ = ["DROPS", "CodexCliProvider"]
 
-DROPS = (*COMMON_CLI_DROPS, "max_tokens", "images", "n > 1")
-_HEALTH_OUTPUT_CAP = 40
+DROPS = (*COMMON_CLI_DROPS, "max_tokens", "image detail")
 
 
 class CodexCliProvider:
@@ -41,19 +42,23 @@ class CodexCliProvider:
         self.capabilities = Capabilities(
             streaming="token",
             tools=False,
-            vision=False,
+            vision=True,
             json_mode=True,
             sampling=False,
             max_concurrent=self._runner.max_concurrent,
             cacheable=config.cacheable,
             drops=DROPS,
+            quota_signals=("five_hour",),
         )
         self._quota: QuotaSnapshot | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        cli = serialise(request, honoured=frozenset({"reasoning_effort"}))
-        turn = AppServerTurn(self.name, request.model, cli.prompt)
-        async with self._runner.spawn(self._invocation(request, cli.system, turn)) as proc:
+        cli = serialise(request, keep_images=True, honoured=frozenset({"reasoning_effort"}))
+        images = tuple(image.url for image in cli.images)
+        turn = AppServerTurn(self.name, request.model, cli.prompt, images)
+        # Never Codex's own coding-agent instructions: the request's, or a neutral one.
+        system = cli.system or DEFAULT_SYSTEM_PROMPT
+        async with self._runner.spawn(self._invocation(request, system, turn)) as proc:
             try:
                 async for line in proc.lines():
                     events, reply = turn.feed(line)
@@ -89,6 +94,7 @@ class CodexCliProvider:
         )
 
     async def health(self) -> ProviderHealth:
+        """Binary, version, credentials — without calling a model."""
         command = self._runner.resolve_command()
         if command is None:
             return ProviderHealth(
@@ -97,47 +103,50 @@ class CodexCliProvider:
                 fix=f"{translate.INSTALL_HINT} (or set providers.{self.name}.command)",
             )
         checks = [f"binary: {command}"]
-        version = await self._run(("--version",))
-        checks.append(f"version: {version[1] or 'unknown'}")
+        try:
+            checks.append(f"version: {await cli_version(self._runner)}")
+        except ProviderError as exc:
+            checks.append(f"version: {exc.message}")
+            return ProviderHealth(ok=False, checks=tuple(checks), fix=translate.INSTALL_HINT)
         if self._upstream is not None:
             return self._key_health(checks)
-        status, output = await self._run(("login", "status"), login=True)
-        logged_in = status == 0 and "not logged in" not in output.lower()
-        checks.append(f"login: {output or 'unknown'}")
+        status, said = await self._login_status()
+        checks.append(f"login: {said or 'unknown'}")
+        ok = status == 0
         return ProviderHealth(
-            ok=logged_in,
-            checks=tuple(checks),
-            fix=None if logged_in else f"{self._runner.command} login",
+            ok=ok, checks=tuple(checks), fix=None if ok else f"{self._runner.command} login"
         )
 
     def _key_health(self, checks: list[str]) -> ProviderHealth:
         assert self._upstream is not None
-        has_key = bool(self._config.env.get(self._upstream.env_key))
-        checks.append(f"upstream: {self._upstream.base_url} (Responses API)")
+        key = self._upstream.env_key
+        has_key = bool(self._config.env.get(key))
+        checks.append(f"upstream: {self._upstream.base_url} (Responses API, retries off)")
         checks.append(
-            f"credentials: {self._upstream.env_key} "
-            + ("is set" if has_key else "is not set in the provider's env")
+            f"credentials: {key} " + ("set in the provider's env" if has_key else "missing")
         )
-        fix = None if has_key else (
-            f'set providers.{self.name}.env.{self._upstream.env_key} = "${{YOUR_KEY_VAR}}"'
+        fix = (
+            None if has_key else f'set providers.{self.name}.env.{key} to "${{YOUR_KEY_VARIABLE}}"'
         )
         return ProviderHealth(ok=has_key, checks=tuple(checks), fix=fix)
 
-    async def _run(self, args: tuple[str, ...], *, login: bool = False) -> tuple[int | None, str]:
-        """Run a short command (no model call); its exit status and first output line."""
-        credentials = ((translate.AUTH_FILE, translate.AUTH_FILE),) if login else ()
-        invocation = CliInvocation(args=args, env={"NO_COLOR": "1"}, credentials=credentials)
-        lines: list[str] = []
+    async def _login_status(self) -> tuple[int | None, str]:
+        """`codex login status` with the owner's login linked in: exit 0 iff logged in."""
+        invocation = CliInvocation(
+            args=("login", "status"),
+            env={"NO_COLOR": "1"},
+            credentials=((translate.AUTH_FILE, translate.AUTH_FILE),),
+        )
         try:
-            async with self._runner.spawn(invocation) as proc:
-                async for raw in proc.lines():
-                    if len(lines) < _HEALTH_OUTPUT_CAP:
-                        lines.append(raw.decode("utf-8", "replace").strip())
+            async with asyncio.timeout(10), self._runner.spawn(invocation) as proc:
+                lines = [line async for line in proc.lines()]
                 status = await proc.wait()
-                lines += proc.stderr_tail().splitlines()
-        except ProviderError as exc:
-            return None, exc.message
-        useful = [line for line in lines if line and not line.startswith("WARNING:")]
+                said = [line.decode("utf-8", "replace") for line in lines]
+                said += proc.stderr_tail().splitlines()
+        except (ProviderError, TimeoutError) as exc:
+            return None, getattr(exc, "message", "timed out")
+        # Codex warns about PATH aliases under /tmp first; skip that.
+        useful = [line.strip() for line in said if line.strip() and not line.startswith("WARNING")]
         return status, (useful[0] if useful else "")
 
     def quota(self) -> QuotaSnapshot | None:

@@ -40,9 +40,11 @@ __all__ = [
     "Upstream",
     "argv",
     "config_toml",
+    "decline",
     "home_files",
     "initialize",
     "initialized",
+    "reasoning_effort",
     "thread_start",
     "turn_start",
     "upstream_from_env",
@@ -100,7 +102,9 @@ def upstream_from_env(env: Mapping[str, str]) -> Upstream | None:
     base_url = env.get("OPENAI_BASE_URL", "").strip()
     if not base_url and not env.get("OPENAI_API_KEY"):
         return None
-    return Upstream(base_url=(base_url or DEFAULT_OPENAI_BASE_URL).rstrip("/"), env_key="OPENAI_API_KEY")
+    return Upstream(
+        base_url=(base_url or DEFAULT_OPENAI_BASE_URL).rstrip("/"), env_key="OPENAI_API_KEY"
+    )
 
 
 def argv() -> tuple[str, ...]:
@@ -199,12 +203,18 @@ def thread_start(model: str) -> bytes:
     )
 
 
-def turn_start(thread_id: str, prompt: str) -> bytes:
-    return _rpc(
-        "turn/start",
-        RpcId.TURN_START,
-        {"threadId": thread_id, "input": [{"type": "text", "text": prompt}]},
-    )
+def turn_start(thread_id: str, prompt: str, images: tuple[str, ...] = ()) -> bytes:
+    """The turn: the prompt text, then its images (URLs or `data:` URLs), which the
+    prompt names `[image 1]`, `[image 2]`, … in place."""
+    parts: list[dict[str, str]] = [{"type": "text", "text": prompt}]
+    parts += [{"type": "image", "url": url} for url in images]
+    return _rpc("turn/start", RpcId.TURN_START, {"threadId": thread_id, "input": parts})
+
+
+def decline(request_id: Any) -> bytes:
+    """The error answer to a request the server sent us (OLP approves nothing)."""
+    error = {"code": -32601, "message": "not available through OLP (no interactive user)"}
+    return orjson.dumps({"id": request_id, "error": error}) + b"\n"
 
 
 def _rpc(method: str, rpc_id: int, params: Mapping[str, Any]) -> bytes:

@@ -1,0 +1,167 @@
+"""`DbAuthenticator`: keys from the key store, the owner token and key, anonymous callers.
+
+Hot path: one SHA-256 of the token, one `PRAGMA data_version` read on an idle connection
+(served from SQLite's shared-memory WAL index: no query, no lock wait), one dict lookup.
+The key table is reloaded only when `data_version` says another connection committed —
+which is how a key revoked, rotated or changed by `olp keys` (another process) takes effect
+on the very next request without a restart and without a query per request.
+
+Last-used times are collected in memory and written in batches by `run_background()` on a
+worker thread (its own connection), so no request ever waits on a write. Each batch bumps
+`data_version` too, so it costs one reload of the key table per flush interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from olp.accounts.identity import ANONYMOUS, Identity
+from olp.accounts.keystore import KeyStore
+from olp.errors import AuthRequired, InvalidApiKey, OLPError
+from olp.observability import event_logger
+
+__all__ = ["OWNER_TOKEN_IDENTITY", "DbAuthenticator", "KeyStoreUnavailable"]
+
+log = event_logger("olp.accounts")
+
+# The owner token (OLP_OWNER_TOKEN) and the owner key file share one identity, as before.
+OWNER_TOKEN_IDENTITY = Identity(key_id="owner", name="owner", tier="owner")
+
+_NO_TOKEN = (
+    'OLP API key required: send "Authorization: Bearer <key>" or "x-api-key: <key>". '
+    "The owner key was printed when `olp start` first ran; `olp keys create` makes more."
+)
+_BAD_TOKEN = "OLP API key is invalid or has been revoked."
+
+
+class KeyStoreUnavailable(OLPError):
+    """The key table could not be read: member keys are refused until it can (fail closed)."""
+
+    code = "key_store_unavailable"
+    http_status = 503
+    type = "server_error"
+
+
+class DbAuthenticator:
+    """Implements `Authenticator` over the key store plus the owner's static secrets.
+
+    Why a dict lookup on the SHA-256 is a safe "constant-time comparison": the dict is
+    keyed by SHA-256(secret), never by the secret. A timing difference in the lookup can
+    at most tell an attacker something about SHA-256(guess) relative to stored digests;
+    turning that into a working key needs a guess whose digest they can steer, i.e. a
+    SHA-256 preimage. Python also locates the bucket by a keyed (randomised per process)
+    SipHash of the digest, so even the probe order reveals nothing usable. The secrets
+    themselves (256 bits) are never compared at all. Comparing the digest against every
+    stored one with `hmac.compare_digest` would cost O(keys) per request for no gain.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        owner_hashes: Iterable[str],
+        *,
+        allow_anonymous: bool,
+        flush_interval_s: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._path = path
+        self._owner = {bytes.fromhex(h): OWNER_TOKEN_IDENTITY for h in owner_hashes}
+        self._allow_anonymous = allow_anonymous
+        self._flush_interval_s = flush_interval_s
+        self._clock = clock
+        # Used from the event loop only; opened here, possibly on another thread.
+        self._store = KeyStore.open(path, check_same_thread=False)
+        self._by_digest: dict[bytes, Identity] = dict(self._owner)
+        self._version: int | None = None
+        self._touched: dict[str, float] = {}
+        self._writer: KeyStore | None = None
+        self._write_lock = threading.Lock()
+        # A DatabaseError here surfaces at start, with its explanation.
+        self._version = self._store.data_version()
+        self._load()
+
+    # -- the hot path -------------------------------------------------------------------
+
+    def authenticate(self, token: str | None) -> Identity:
+        if token is None:
+            if self._allow_anonymous:
+                return ANONYMOUS
+            raise AuthRequired(_NO_TOKEN)
+        digest = hashlib.sha256(token.encode()).digest()
+        owner = self._owner.get(digest)
+        if owner is not None:  # the owner token works even if the key file is unreadable
+            return owner
+        self._refresh()
+        identity = self._by_digest.get(digest)
+        if identity is None:
+            raise InvalidApiKey(_BAD_TOKEN)
+        self._touched[identity.key_id] = self._clock()
+        return identity
+
+    def _refresh(self) -> None:
+        try:
+            version = self._store.data_version()
+            if version != self._version:
+                self._load()
+                self._version = version
+        except OLPError as exc:  # DatabaseError: the file went away, got damaged, ...
+            self._fail_closed(exc)
+
+    def _load(self) -> None:
+        table = dict(self._owner)
+        for hex_digest, record in self._store.active_secrets():
+            table[bytes.fromhex(hex_digest)] = record.identity()
+        self._by_digest = table
+        log.debug("keys_loaded", keys=len(table) - len(self._owner))
+
+    def _fail_closed(self, exc: Exception) -> None:
+        # A key revoked a moment ago must not work because we could not read that it was:
+        # drop every stored key until a read succeeds (the next request retries).
+        self._by_digest = dict(self._owner)
+        self._version = None
+        log.error("key_store_unreadable", path=str(self._path), error=str(exc))
+        raise KeyStoreUnavailable(
+            "OLP cannot read its key store right now; the owner should check the server log."
+        ) from exc
+
+    # -- last used, off the hot path ----------------------------------------------------
+
+    async def run_background(self) -> None:
+        """Write last-used times every `flush_interval_s` until cancelled."""
+        while True:
+            await asyncio.sleep(self._flush_interval_s)
+            await self.flush()
+
+    async def flush(self) -> None:
+        """Write the last-used times collected so far (on a worker thread)."""
+        pending, self._touched = self._touched, {}
+        if not pending:
+            return
+        try:
+            await asyncio.to_thread(self._write, pending)
+        except Exception as exc:
+            # Keep them for the next round; newer times collected meanwhile win.
+            self._touched = {**pending, **self._touched}
+            log.warning("last_used_update_failed", path=str(self._path), error=str(exc))
+
+    def _write(self, pending: dict[str, float]) -> None:
+        with self._write_lock:
+            if self._writer is None:
+                self._writer = KeyStore.open(self._path, check_same_thread=False)
+            self._writer.touch(pending)
+
+    async def aclose(self) -> None:
+        """Final flush, then close both connections."""
+        await self.flush()
+        with self._write_lock:
+            if self._writer is not None:
+                self._writer.close()
+                self._writer = None
+        with contextlib.suppress(Exception):
+            self._store.close()

@@ -1,0 +1,209 @@
+"""One API key as the key store keeps it, and the rules its settings follow."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import orjson
+
+from olp.accounts.identity import Identity, KeyLimits
+from olp.errors import InvalidRequest
+
+__all__ = [
+    "KEY_ID_PATTERN",
+    "NO_LIMITS",
+    "RECORD_COLUMNS",
+    "KeyRecord",
+    "KeyTier",
+    "Patterns",
+    "check_limits",
+    "check_name",
+    "check_patterns",
+    "check_tier",
+    "dump_patterns",
+    "load_patterns",
+    "record_from_row",
+]
+
+KeyTier = Literal["owner", "member"]
+# None: everything is allowed; else glob patterns (fnmatch, case-sensitive).
+Patterns = tuple[str, ...] | None
+
+NO_LIMITS = KeyLimits()
+# The order `record_from_row` reads.
+RECORD_COLUMNS = (
+    "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
+    "rpm, rpd, tpd, usd_month"
+)
+KEY_ID_PATTERN = re.compile(r"^key_[a-z0-9]{8}$")
+_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
+_PATTERN = re.compile(r"^[^\s,\x00-\x1f\x7f]{1,200}$")
+
+
+@dataclass(frozen=True, slots=True)
+class KeyRecord:
+    """A stored key: everything but its secret (only the SHA-256 of that is kept)."""
+
+    id: str
+    name: str
+    tier: KeyTier
+    created: float
+    last_used: float | None = None
+    revoked_at: float | None = None
+    allowed_models: Patterns = None
+    allowed_providers: Patterns = None
+    limits: KeyLimits = NO_LIMITS
+
+    @property
+    def revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    def identity(self) -> Identity:
+        return Identity(
+            key_id=self.id,
+            name=self.name,
+            tier=self.tier,
+            allowed_models=self.allowed_models,
+            allowed_providers=self.allowed_providers,
+            limits=self.limits,
+        )
+
+    def public(self) -> dict[str, object]:
+        """A JSON-ready view for `olp keys list --json` and management endpoints."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "tier": self.tier,
+            "created": self.created,
+            "last_used": self.last_used,
+            "revoked_at": self.revoked_at,
+            "allowed_models": _listed(self.allowed_models),
+            "allowed_providers": _listed(self.allowed_providers),
+            "limits": {
+                "rpm": self.limits.rpm,
+                "rpd": self.limits.rpd,
+                "tpd": self.limits.tpd,
+                "usd_month": self.limits.usd_month,
+            },
+        }
+
+
+def check_name(name: str) -> str:
+    name = name.strip()
+    if not _NAME.match(name):
+        raise InvalidRequest("name: must be 1-64 printable characters", param="name")
+    # Ids and names share one argument (`olp keys revoke ID|NAME`): keep them apart.
+    if KEY_ID_PATTERN.match(name):
+        raise InvalidRequest(
+            f"name: {name!r} looks like a key id (key_xxxxxxxx); choose another name",
+            param="name",
+        )
+    return name
+
+
+def check_tier(tier: str) -> KeyTier:
+    if tier == "owner":
+        return "owner"
+    if tier == "member":
+        return "member"
+    raise InvalidRequest(f"tier: must be 'owner' or 'member', not {tier!r}", param="tier")
+
+
+def check_patterns(field: str, patterns: Iterable[str] | None) -> Patterns:
+    """Normalise an allow-list: None or ['*'] mean everything; each entry a glob."""
+    if patterns is None:
+        return None
+    items = tuple(p.strip() for p in patterns)
+    if not items:
+        raise InvalidRequest(
+            f"{field}: an empty list would allow nothing; use '*' to allow everything "
+            "or revoke the key",
+            param=field,
+        )
+    for item in items:
+        if not _PATTERN.match(item):
+            raise InvalidRequest(
+                f"{field}: {item!r} is not a model/provider name or glob "
+                "(no spaces or commas, 1-200 characters)",
+                param=field,
+            )
+    if "*" in items:
+        return None
+    return tuple(dict.fromkeys(items))
+
+
+def check_limits(limits: KeyLimits) -> KeyLimits:
+    for field in ("rpm", "rpd", "tpd"):
+        value = getattr(limits, field)
+        if value is not None and (isinstance(value, bool) or value < 1):
+            raise InvalidRequest(f"{field}: must be a positive whole number", param=field)
+    usd = limits.usd_month
+    if usd is not None and not (math.isfinite(usd) and usd > 0):
+        raise InvalidRequest("usd_month: must be a positive amount", param="usd_month")
+    return limits
+
+
+def _listed(patterns: Patterns) -> list[str] | None:
+    return None if patterns is None else list(patterns)
+
+
+def dump_patterns(patterns: Patterns) -> str | None:
+    return None if patterns is None else orjson.dumps(list(patterns)).decode()
+
+
+def load_patterns(text: str | None) -> Patterns:
+    if text is None:
+        return None
+    value = orjson.loads(text)
+    return tuple(str(v) for v in value)
+
+
+def record_from_row(row: Sequence[object]) -> KeyRecord:
+    """A `KeyRecord` from a row of `RECORD_COLUMNS`."""
+    (
+        key_id,
+        name,
+        tier,
+        created,
+        last_used,
+        revoked_at,
+        models,
+        providers,
+        rpm,
+        rpd,
+        tpd,
+        usd_month,
+    ) = row
+    return KeyRecord(
+        id=str(key_id),
+        name=str(name),
+        tier=check_tier(str(tier)),
+        created=_float(created) or 0.0,
+        last_used=_float(last_used),
+        revoked_at=_float(revoked_at),
+        allowed_models=load_patterns(_text(models)),
+        allowed_providers=load_patterns(_text(providers)),
+        limits=KeyLimits(
+            rpm=_int(rpm),
+            rpd=_int(rpd),
+            tpd=_int(tpd),
+            usd_month=_float(usd_month),
+        ),
+    )
+
+
+def _float(value: object) -> float | None:
+    # Column affinity (REAL/INTEGER) guarantees numbers; anything else reads as unset.
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _int(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else str(value)

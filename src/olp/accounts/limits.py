@@ -1,0 +1,252 @@
+"""Per-key limits, enforced from memory: requests/minute, requests/day, tokens/day, USD/month.
+
+Windows: requests per minute slide, in one-second buckets (a request counts for the 60
+seconds that follow its own second); the daily limits reset at 00:00 UTC; the monthly
+spend resets at 00:00 UTC on the first of the month. Counters live in memory only —
+`seed()` lets the ledger reload today's and this month's figures at start, so a restart
+does not hand everyone a fresh allowance.
+
+All methods are meant for the event loop's thread; nothing here blocks or does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from olp.accounts.identity import Identity, KeyLimits
+from olp.errors import KeyLimitExceeded
+
+__all__ = ["Clock", "LimitKeeper", "LimitUsage", "UsageSeed"]
+
+Clock = Callable[[], float]
+
+_WINDOW = 60  # seconds in the requests-per-minute window
+_DAY = 86_400
+
+
+@dataclass(frozen=True, slots=True)
+class UsageSeed:
+    """What the ledger knows about one key at start (current UTC day and month).
+
+    `recent_requests`: unix times of requests in the last minute, so requests-per-minute
+    also holds across a quick restart (older or future times are ignored).
+    """
+
+    key_id: str
+    requests_today: int = 0
+    tokens_today: int = 0
+    usd_month: float = 0.0
+    recent_requests: tuple[float, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class LimitUsage:
+    """One key's counters now (for status pages and tests)."""
+
+    requests_last_minute: int
+    requests_today: int
+    tokens_today: int
+    usd_month: float
+
+
+class _Counters:
+    __slots__ = (
+        "counts",
+        "day",
+        "month_end",
+        "month_start",
+        "requests",
+        "seconds",
+        "tokens",
+        "usd",
+    )
+
+    def __init__(self) -> None:
+        self.seconds = [-1] * _WINDOW  # which second each bucket currently counts
+        self.counts = [0] * _WINDOW
+        self.day = -1
+        self.requests = 0
+        self.tokens = 0
+        self.month_start = self.month_end = 0.0
+        self.usd = 0.0
+
+    def roll(self, now: float) -> None:
+        """Start a new day or month when the clock has moved into one."""
+        day = int(now // _DAY)
+        if day != self.day:
+            self.day, self.requests, self.tokens = day, 0, 0
+        if not self.month_start <= now < self.month_end:
+            self.month_start, self.month_end = _month_bounds(now)
+            self.usd = 0.0
+
+    def add_request(self, at: float) -> None:
+        second = int(at)
+        slot = second % _WINDOW
+        if self.seconds[slot] != second:
+            self.seconds[slot], self.counts[slot] = second, 0
+        self.counts[slot] += 1
+
+    def in_window(self, now: float) -> int:
+        oldest = int(now) - _WINDOW + 1
+        return sum(c for s, c in zip(self.seconds, self.counts, strict=True) if s >= oldest)
+
+    def recent(self, now: float) -> list[tuple[int, int]]:
+        """(second, count) of the buckets still in the window, oldest first."""
+        oldest = int(now) - _WINDOW + 1
+        return sorted(
+            (s, c) for s, c in zip(self.seconds, self.counts, strict=True) if s >= oldest and c
+        )
+
+
+class LimitKeeper:
+    """Counts each key's use and refuses a request that would go over one of its limits."""
+
+    def __init__(self, clock: Clock = time.time) -> None:
+        self._clock = clock
+        self._keys: dict[str, _Counters] = {}
+
+    def check(self, identity: Identity) -> None:
+        """Raise KeyLimitExceeded (429) if any limit is reached, naming the one that frees
+        last, with `retry_after` = seconds until every reached limit has room again."""
+        limits = identity.limits
+        if not limits.any():
+            return
+        now = self._clock()
+        counters = self._counters(identity.key_id, now)
+        reached = [
+            r
+            for r in (
+                _rpm(counters, limits, now),
+                _rpd(counters, limits, now),
+                _tpd(counters, limits, now),
+                _usd(counters, limits, now),
+            )
+            if r is not None
+        ]
+        if reached:
+            retry_after, message = max(reached)
+            raise KeyLimitExceeded(message, retry_after=retry_after)
+
+    def on_request(self, key_id: str) -> None:
+        """Count a request once it is admitted (after `check`)."""
+        now = self._clock()
+        counters = self._counters(key_id, now)
+        counters.add_request(now)
+        counters.requests += 1
+
+    def on_usage(self, key_id: str, tokens: int, usd: float) -> None:
+        """Add an answer's tokens (prompt + completion) and API-equivalent cost."""
+        counters = self._counters(key_id, self._clock())
+        counters.tokens += max(0, tokens)
+        counters.usd += max(0.0, usd)
+
+    def seed(self, seeds: Iterable[UsageSeed]) -> None:
+        """Load counters at start (replacing any kept so far for those keys)."""
+        now = self._clock()
+        for seed in seeds:
+            counters = _Counters()
+            counters.roll(now)
+            counters.requests = seed.requests_today
+            counters.tokens = seed.tokens_today
+            counters.usd = seed.usd_month
+            for at in seed.recent_requests:
+                if now - _WINDOW < at <= now:
+                    counters.add_request(at)
+            self._keys[seed.key_id] = counters
+
+    def usage(self, key_id: str) -> LimitUsage:
+        now = self._clock()
+        counters = self._counters(key_id, now)
+        return LimitUsage(
+            requests_last_minute=counters.in_window(now),
+            requests_today=counters.requests,
+            tokens_today=counters.tokens,
+            usd_month=counters.usd,
+        )
+
+    def _counters(self, key_id: str, now: float) -> _Counters:
+        counters = self._keys.get(key_id)
+        if counters is None:
+            counters = self._keys[key_id] = _Counters()
+        counters.roll(now)
+        return counters
+
+
+# Each returns None (room left) or (seconds until there is room, message).
+Reached = tuple[float, str] | None
+
+
+def _rpm(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
+    if limits.rpm is None:
+        return None
+    excess = counters.in_window(now) - limits.rpm + 1
+    if excess <= 0:
+        return None
+    # Room comes back when enough of the oldest requests have left the window.
+    wait = float(_WINDOW)
+    for second, count in counters.recent(now):
+        excess -= count
+        if excess <= 0:
+            wait = second + _WINDOW - now
+            break
+    return wait, (
+        f"This key is limited to {limits.rpm} requests per minute; try again in {_duration(wait)}."
+    )
+
+
+def _rpd(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
+    if limits.rpd is None or counters.requests < limits.rpd:
+        return None
+    wait = _next_midnight(now) - now
+    return wait, (
+        f"This key has used its {limits.rpd} requests for today; the limit resets at "
+        f"00:00 UTC, in {_duration(wait)}."
+    )
+
+
+def _tpd(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
+    if limits.tpd is None or counters.tokens < limits.tpd:
+        return None
+    wait = _next_midnight(now) - now
+    return wait, (
+        f"This key has used {counters.tokens} of its {limits.tpd} tokens for today; "
+        f"the limit resets at 00:00 UTC, in {_duration(wait)}."
+    )
+
+
+def _usd(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
+    if limits.usd_month is None or counters.usd < limits.usd_month:
+        return None
+    wait = counters.month_end - now
+    reset = datetime.fromtimestamp(counters.month_end, UTC).strftime("%Y-%m-%d")
+    return wait, (
+        f"This key has used ${counters.usd:.2f} of its ${limits.usd_month:.2f} for this "
+        f"month; the limit resets on {reset} 00:00 UTC, in {_duration(wait)}."
+    )
+
+
+def _next_midnight(now: float) -> float:
+    return (now // _DAY + 1) * _DAY
+
+
+def _month_bounds(now: float) -> tuple[float, float]:
+    day = datetime.fromtimestamp(now, UTC)
+    start = datetime(day.year, day.month, 1, tzinfo=UTC)
+    end = datetime(day.year + day.month // 12, day.month % 12 + 1, 1, tzinfo=UTC)
+    return start.timestamp(), end.timestamp()
+
+
+def _duration(seconds: float) -> str:
+    whole = max(1, int(seconds + 0.999))
+    if whole < 120:
+        return f"{whole} s"
+    minutes = whole // 60
+    if minutes < 120:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    return f"{hours // 24} days {hours % 24} h"

@@ -1,0 +1,234 @@
+"""The cache's SQLite file: opening it (and moving a bad one aside), and its writer thread.
+
+The cache file is disposable, unlike the keys/ledger database: every entry in it can be
+recomputed by asking the upstream again, whereas keys and the ledger are the owner's data.
+So where `olp.storage` refuses to touch a damaged file and stops OLP, the cache moves a
+damaged file aside (`cache.db.corrupt-<timestamp>`, kept for a post-mortem), logs a warning
+and starts a fresh one; and if even that fails, OLP keeps serving with a memory-only cache.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+from olp.observability import event_logger
+from olp.storage import DatabaseError, Migration, open_database
+
+__all__ = [
+    "DiskWriter",
+    "IndexRow",
+    "Row",
+    "delete_rows",
+    "load_index",
+    "open_cache_db",
+    "open_reader",
+]
+
+log = event_logger("olp.cache")
+
+# `body` is the last column so that reading the metadata (at startup) never has to follow
+# a large entry's overflow pages.
+MIGRATIONS = (
+    Migration(
+        1,
+        """
+        CREATE TABLE entries (
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            nbytes INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY (namespace, key)
+        )
+        """,
+    ),
+)
+
+_BUSY_CODES = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def open_cache_db(path: Path) -> sqlite3.Connection | None:
+    """The writer's connection, or None when the cache must live in memory only."""
+    try:
+        return _open(path)
+    except DatabaseError as exc:
+        if _is_busy(exc):
+            # Another process holds it: the file may be fine, so leave it alone.
+            log.warning("cache_file_unavailable", path=str(path), error=exc.message)
+            return None
+        moved = _move_aside(path)
+        log.warning("cache_file_corrupt", path=str(path), moved_to=str(moved), error=exc.message)
+    except OSError as exc:
+        log.warning("cache_file_unavailable", path=str(path), error=str(exc))
+        return None
+    try:
+        return _open(path)
+    except (DatabaseError, OSError) as exc:
+        log.error("cache_file_unavailable", path=str(path), error=str(exc))
+        return None
+
+
+def open_reader(path: Path) -> sqlite3.Connection:
+    """A read-only connection for the reader thread (WAL lets it read beside the writer)."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA busy_timeout = 2000")
+    conn.execute("PRAGMA query_only = ON")
+    return conn
+
+
+def _open(path: Path) -> sqlite3.Connection:
+    # The writer thread uses the connection; check_same_thread only guards misuse.
+    return open_database(path, MIGRATIONS, check_same_thread=False)
+
+
+def _is_busy(exc: DatabaseError) -> bool:
+    cause = exc.__cause__
+    code = getattr(cause, "sqlite_errorcode", 0) or 0
+    return isinstance(cause, sqlite3.Error) and (code & 0xFF) in _BUSY_CODES
+
+
+def _move_aside(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    target = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    # The WAL and shared-memory files belong to the bad file; a fresh file must not see them.
+    for suffix in ("", "-wal", "-shm"):
+        src = Path(f"{path}{suffix}")
+        if src.exists():
+            src.rename(f"{target}{suffix}")
+    return target
+
+
+@dataclass(frozen=True, slots=True)
+class IndexRow:
+    namespace: str
+    key: str
+    nbytes: int
+    created_at: float
+    expires_at: float
+
+
+def load_index(conn: sqlite3.Connection) -> list[IndexRow]:
+    """Every entry's metadata, least recently used first."""
+    rows = conn.execute(
+        "SELECT namespace, key, nbytes, created_at, expires_at FROM entries ORDER BY used_at"
+    ).fetchall()
+    return [IndexRow(*row) for row in rows]
+
+
+def delete_rows(conn: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
+    if rows:
+        conn.executemany("DELETE FROM entries WHERE namespace = ? AND key = ?", rows)
+
+
+# A write to apply; a threading.Event to set once everything before it is applied; or
+# None to stop the thread.
+Op = Callable[[sqlite3.Connection], None] | threading.Event | None
+Row = tuple[str, str, int, float, float, float, bytes]
+
+
+class DiskWriter:
+    """Applies writes to the cache file from one background thread, batched per wake-up.
+
+    Callers only enqueue (a few hundred nanoseconds); a failed write is logged and
+    dropped, which at worst loses a cache entry.
+    """
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self._conn = conn
+        self._queue: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="olp-cache-writer", daemon=True)
+        self._closed = False
+        self._thread.start()
+
+    def put(self, row: Row) -> None:
+        self._queue.put(partial(_put, row))
+
+    def delete(self, namespace: str, key: str) -> None:
+        self._queue.put(partial(_delete, namespace, key))
+
+    def clear(self, namespace: str | None) -> None:
+        self._queue.put(partial(_clear, namespace))
+
+    def touch(self, rows: list[tuple[float, str, str]]) -> None:
+        self._queue.put(partial(_touch, rows))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Block until everything enqueued so far is on disk (or `timeout` passed)."""
+        if self._closed:
+            return True
+        done = threading.Event()
+        self._queue.put(done)
+        return done.wait(timeout)
+
+    def close(self) -> None:
+        """Write what is pending, stop the thread, close the file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._queue.put(None)
+        self._thread.join()
+        self._conn.close()
+
+    def _run(self) -> None:
+        while True:
+            batch = [self._queue.get()]
+            while True:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            if self._apply(batch):
+                return
+
+    def _apply(self, batch: list[Op]) -> bool:
+        """Apply one batch in one transaction; True when the thread must stop."""
+        writes = [op for op in batch if callable(op)]
+        try:
+            if writes:
+                self._conn.execute("BEGIN")
+                for write in writes:
+                    write(self._conn)
+                self._conn.execute("COMMIT")
+        except Exception as exc:
+            # A full disk or a file damaged under us: the cache loses these writes, no more.
+            log.warning("cache_write_failed", error=repr(exc), ops=len(writes))
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        for op in batch:
+            if isinstance(op, threading.Event):
+                op.set()
+        return any(op is None for op in batch)
+
+
+def _put(row: Row, conn: sqlite3.Connection) -> None:
+    conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+
+
+def _delete(namespace: str, key: str, conn: sqlite3.Connection) -> None:
+    conn.execute("DELETE FROM entries WHERE namespace = ? AND key = ?", (namespace, key))
+
+
+def _clear(namespace: str | None, conn: sqlite3.Connection) -> None:
+    if namespace is None:
+        conn.execute("DELETE FROM entries")
+    else:
+        conn.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
+
+
+def _touch(rows: list[tuple[float, str, str]], conn: sqlite3.Connection) -> None:
+    conn.executemany("UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?", rows)

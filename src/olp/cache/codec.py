@@ -1,0 +1,92 @@
+"""IR events <-> the compact bytes a cache entry is stored as.
+
+One JSON array per event, tagged by type (`["t", "Hel"]`), so a hit replays exactly the
+chunks the upstream produced. The whole entry is `[CODEC_VERSION, event, event, ...]`,
+encoded with one orjson call (one call per event costs several times more: each call
+allocates its own output buffer); an entry written by another codec version decodes as
+None (a miss), never as wrong data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import orjson
+
+from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+
+__all__ = ["CODEC_VERSION", "decode_events", "encode_events", "estimate_size"]
+
+# Bump when an event type gains, loses or reorders a field (tests/cache pins the fields).
+CODEC_VERSION = 1
+_TEXTS = (TextDelta, ReasoningDelta)
+
+
+def encode_events(events: Iterable[Event]) -> bytes:
+    """An entry body; raises TypeError for anything that is not an IR event."""
+    items: list[Any] = [CODEC_VERSION]
+    for event in events:
+        items.append(_item(event))
+    return orjson.dumps(items)
+
+
+def _item(event: Event) -> tuple[Any, ...]:
+    if isinstance(event, TextDelta):  # by far the most common: test it first
+        return ("t", event.text)
+    if isinstance(event, ReasoningDelta):
+        return ("r", event.text)
+    if isinstance(event, ToolCallDelta):
+        return ("c", event.index, event.id, event.name, event.arguments)
+    if isinstance(event, Usage):
+        return (
+            "u",
+            event.prompt_tokens,
+            event.completion_tokens,
+            event.cached_prompt_tokens,
+            event.cache_write_tokens,
+            event.reasoning_tokens,
+            event.cost_usd,
+        )
+    if isinstance(event, Finish):
+        return ("f", event.reason)
+    raise TypeError(f"not an IR event: {type(event).__name__}")
+
+
+def estimate_size(event: Event) -> int:
+    """About how many bytes `event` adds to an entry, without encoding it (for streaming).
+
+    Exact for ASCII text without escapes; the exact size is checked when the entry is
+    written.
+    """
+    if isinstance(event, _TEXTS):
+        return len(event.text) + 8
+    if isinstance(event, ToolCallDelta):
+        return len(event.arguments) + len(event.id or "") + len(event.name or "") + 24
+    return 48
+
+
+def decode_events(body: bytes) -> tuple[Event, ...] | None:
+    """The events of an entry body, or None when it is not this codec's (treat as a miss)."""
+    try:
+        items = orjson.loads(body)
+        if type(items) is not list or not items or items[0] != CODEC_VERSION:
+            return None
+        return tuple(_decode(item) for item in items[1:])
+    except (orjson.JSONDecodeError, TypeError, ValueError, KeyError, IndexError):
+        return None
+
+
+def _decode(item: list[Any]) -> Event:
+    tag = item[0]
+    if tag == "t":
+        return TextDelta(item[1])
+    if tag == "r":
+        return ReasoningDelta(item[1])
+    if tag == "c":
+        return ToolCallDelta(item[1], item[2], item[3], item[4])
+    if tag == "u":
+        return Usage(item[1], item[2], item[3], item[4], item[5], item[6])
+    if tag == "f":
+        return Finish(item[1])
+    raise ValueError(f"unknown event tag {tag!r}")

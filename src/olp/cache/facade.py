@@ -1,0 +1,265 @@
+"""`ResponseCache`: the one object the engine talks to, once per hop.
+
+    cache = ResponseCache(config.cache, config.home)
+    hop = await cache.open_hop(namespace, key, lambda: provider.stream(req, ctx),
+                               lookup=lookup, store=store)
+    # hop.outcome -> X-OLP-Cache; hop.role -> ledger; iterate and aclose() hop.events
+
+Per hop, in this order: a stored answer (memory, then disk) is replayed; else an identical
+request in flight is joined; else this request leads a new upstream call, whose answer is
+written if it is complete and successful. Counters are per namespace and per hop lookup.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, Literal
+
+from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
+from olp.cache.singleflight import SingleFlight, Start
+from olp.cache.sqlite_store import SqliteStore
+from olp.cache.store import Store
+from olp.config import CacheConfig
+from olp.ir import Event, Finish, is_content
+
+__all__ = [
+    "CACHE_FILE",
+    "CacheHop",
+    "CacheOutcome",
+    "HopRole",
+    "ResponseCache",
+    "cache_policy",
+    "is_complete",
+]
+
+CACHE_FILE = "cache.db"
+CacheOutcome = Literal["hit", "miss", "bypass"]
+# stored: replayed from the cache; leader: this request's own upstream call (shared with
+# any followers); follower: another request's upstream call, no cost of its own;
+# direct: the cache is not involved at all.
+HopRole = Literal["stored", "leader", "follower", "direct"]
+# A refusal by the content filter may be transient; caching it for a day would be worse
+# than asking again. "length" is a truncated (or salvaged, DESIGN §5 rule 4) answer.
+_CACHEABLE_FINISH = frozenset({"stop", "tool_calls"})
+
+
+@dataclass(slots=True)
+class CacheHop:
+    outcome: CacheOutcome
+    role: HopRole
+    # Iterate it, and always aclose() it: an unclosed follower keeps the upstream alive.
+    events: AsyncIterator[Event]
+
+
+def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
+    """(lookup, store) for a request's `Cache-Control` header (DESIGN §7).
+
+    `no-cache` (or `max-age=0`): do not answer from the cache, but store the fresh answer;
+    `no-store`: neither.
+    """
+    if not cache_control:
+        return True, True
+    tokens = {t.strip().lower().replace(" ", "") for t in cache_control.split(",")}
+    if "no-store" in tokens:
+        return False, False
+    if "no-cache" in tokens or "max-age=0" in tokens:
+        return False, True
+    return True, True
+
+
+def is_complete(events: Sequence[Event]) -> bool:
+    """A complete, successful answer: some content, and a final `Finish` worth keeping."""
+    finish = next((e for e in reversed(events) if isinstance(e, Finish)), None)
+    if finish is None or finish.reason not in _CACHEABLE_FINISH:
+        return False
+    return any(is_content(e) for e in events)
+
+
+@dataclass(slots=True)
+class _Counters:
+    hits: int = 0
+    misses: int = 0
+    shared: int = 0
+    bypasses: int = 0
+
+
+class ResponseCache:
+    """Store + singleflight + counters. `home=None` keeps the cache in memory only.
+
+    `clock` (unix seconds) stamps and expires entries; tests inject a fake one.
+    `memory_bytes` bounds the answers held in memory (the disk holds the rest).
+    """
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        home: Path | None,
+        clock: Clock = time.time,
+        *,
+        memory_bytes: int = DEFAULT_MEMORY_BYTES,
+    ) -> None:
+        self.config = config
+        self.store: Store
+        if config.enabled and home is not None:
+            path = home / CACHE_FILE
+            self.store = SqliteStore(path, config, clock, memory_bytes=memory_bytes)
+        else:
+            self.store = MemoryStore(config, clock, max_total_bytes=memory_bytes)
+        self._flights = SingleFlight(max_buffer_bytes=config.max_entry_bytes)
+        self._counters: dict[str, _Counters] = {}
+
+    async def open_hop(
+        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
+    ) -> CacheHop:
+        """This hop's events: from the cache, a shared flight, or a new upstream call.
+
+        `start` is called at most once, only when this request leads a new call.
+        `lookup=False` (no-cache) never answers from the cache or joins another request,
+        but still stores a complete answer; `store=False` (no-store, `cacheable: false`,
+        Anthropic `cache_control` markers on an Anthropic hop) leaves the cache out.
+        """
+        found = await self.find(namespace, key) if lookup and store else None
+        if found is not None:
+            return found
+        return self.lead(namespace, key, start, lookup=lookup, store=store)
+
+    async def find(self, namespace: str, key: str) -> CacheHop | None:
+        """A stored answer (memory, then disk) or an identical call in flight; never starts one.
+
+        The engine asks this before a hop's gates: a cooling provider's cached answer costs
+        it nothing, so it is still served.
+        """
+        if not self.config.enabled:
+            return None
+        counters = self._count(namespace)
+        hop = self._lookup(namespace, key, counters)
+        if hop is None:
+            answer = await self.store.get(namespace, key)
+            hop = self._replay(answer.events, counters) if answer is not None else None
+        if hop is None:  # re-check: a flight may have started during the disk read
+            hop = self._follow(namespace, key, counters)
+        return hop
+
+    def lead(
+        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
+    ) -> CacheHop:
+        """Start this hop's upstream call (shared with later identical requests)."""
+        counters = self._count(namespace)
+        if not self.config.enabled or not store:
+            counters.bypasses += 1
+            return CacheHop("bypass", "direct", start())
+        if lookup:
+            # No await since `find`: a flight that started meanwhile is joined, not doubled.
+            joined = self._follow(namespace, key, counters)
+            if joined is not None:
+                return joined
+        write = partial(self._write, namespace, key)
+        view = self._flights.lead(namespace, key, start, on_success=write)
+        if lookup:
+            counters.misses += 1
+            return CacheHop("miss", "leader", view)
+        counters.bypasses += 1
+        return CacheHop("bypass", "leader", view)
+
+    def _lookup(self, namespace: str, key: str, counters: _Counters) -> CacheHop | None:
+        answer = self.store.lookup(namespace, key)
+        if answer is not None:
+            return self._replay(answer.events, counters)
+        return self._follow(namespace, key, counters)
+
+    def _follow(self, namespace: str, key: str, counters: _Counters) -> CacheHop | None:
+        view = self._flights.join(namespace, key)
+        if view is None:
+            return None
+        counters.shared += 1
+        return CacheHop("miss", "follower", view)
+
+    def _replay(self, events: tuple[Event, ...], counters: _Counters) -> CacheHop:
+        counters.hits += 1
+        return CacheHop("hit", "stored", _Replay(events))
+
+    def _write(self, namespace: str, key: str, events: tuple[Event, ...]) -> None:
+        if is_complete(events):
+            self.store.put(namespace, key, events)
+
+    def _count(self, namespace: str) -> _Counters:
+        counters = self._counters.get(namespace)
+        if counters is None:
+            counters = self._counters[namespace] = _Counters()
+        return counters
+
+    # -- management ----------------------------------------------------------------------
+
+    def stats(self, namespace: str | None = None) -> dict[str, Any]:
+        """Counters, entries, bytes and in-flight calls: one namespace, or all of them."""
+        if namespace is not None:
+            return self._namespace_stats(namespace)
+        names = set(self._counters) | set(self.store.namespaces())
+        names |= set(self._flights.in_flight_by_namespace())
+        per = {name: self._namespace_stats(name) for name in sorted(names)}
+        total = {
+            k: sum(s[k] for s in per.values())
+            for k in ("hits", "misses", "shared", "bypasses", "entries", "bytes", "in_flight")
+        }
+        return {
+            **total,
+            "hit_rate": _rate(total["hits"], total["misses"] + total["shared"]),
+            "enabled": self.config.enabled,
+            "persistent": isinstance(self.store, SqliteStore) and self.store.persistent,
+            "namespaces": per,
+        }
+
+    def _namespace_stats(self, namespace: str) -> dict[str, Any]:
+        c = self._counters.get(namespace, _Counters())
+        stored = self.store.stats(namespace)
+        return {
+            "hits": c.hits,
+            "misses": c.misses,
+            "shared": c.shared,
+            "bypasses": c.bypasses,
+            "hit_rate": _rate(c.hits, c.misses + c.shared),
+            "entries": stored.entries,
+            "bytes": stored.bytes,
+            "in_flight": self._flights.in_flight(namespace),
+        }
+
+    def clear(self, namespace: str | None = None) -> int:
+        """Drop stored answers (counters stay); returns how many were dropped."""
+        return self.store.clear(namespace)
+
+    async def aclose(self) -> None:
+        """Cancel flights still running, then flush pending writes and close the file."""
+        await self._flights.aclose()
+        await self.store.aclose()
+
+
+def _rate(hits: int, others: int) -> float:
+    total = hits + others
+    return round(hits / total, 4) if total else 0.0
+
+
+class _Replay:
+    """A stored answer as an event iterator, with the original chunk boundaries."""
+
+    __slots__ = ("_events", "_i")
+
+    def __init__(self, events: tuple[Event, ...]) -> None:
+        self._events = events
+        self._i = 0
+
+    def __aiter__(self) -> _Replay:
+        return self
+
+    async def __anext__(self) -> Event:
+        i = self._i
+        if i >= len(self._events):
+            raise StopAsyncIteration
+        self._i = i + 1
+        return self._events[i]
+
+    async def aclose(self) -> None:
+        self._i = len(self._events)

@@ -1,0 +1,209 @@
+"""The cache key of one hop: sha256 over a versioned canonical encoding of the request.
+
+Every field of the request IR is classified here as INCLUDED (it can change the answer, so
+it is part of the key) or EXCLUDED (it cannot, or it is supplied separately); a test fails
+when the IR gains a field nobody classified. Two requests with the same key must deserve
+the same answer: when in doubt a field is included, because a spurious miss costs one
+upstream call while a spurious hit returns a wrong answer.
+
+The encoding is one JSON document (orjson, sorted keys, explicit field names), which is
+unambiguous — no two different requests encode to the same bytes — and independent of
+hash seeds, dict insertion order and locale. Sampling floats are normalised (`1` and `1.0`,
+`0.0` and `-0.0` are the same temperature) and written with `repr`, which is exact.
+
+Per hop the key is `sha256(header || fingerprint)`, where the header names the schema
+version, provider and hop model, and the fingerprint hashes the request's canonical bytes.
+The fingerprint does not depend on the hop, so a caller walking a chain may compute it once
+(`request_fingerprint`) and derive each hop's key with `hop_key`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+
+from olp.ir import (
+    ChatRequest,
+    ContentPart,
+    ImagePart,
+    Message,
+    NamedToolChoice,
+    ResponseFormat,
+    TextPart,
+    Tool,
+    ToolCall,
+    ToolChoice,
+)
+
+__all__ = [
+    "EXCLUDED",
+    "EXCLUDED_EXTRA",
+    "INCLUDED",
+    "KEY_SCHEMA",
+    "cache_key",
+    "canonical_request",
+    "hop_key",
+    "request_fingerprint",
+]
+
+# Bump whenever the encoding below changes meaning: old entries then simply stop matching
+# (and age out by TTL and LRU) instead of answering requests they were not made for.
+KEY_SCHEMA = 1
+
+INCLUDED: Mapping[type, frozenset[str]] = {
+    ChatRequest: frozenset(
+        {
+            "messages",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "response_format",
+            "temperature",
+            "top_p",
+            "max_tokens",
+            "stop",
+            "seed",
+            # Pass-through options, minus EXCLUDED_EXTRA; unknown future ones are included.
+            "extra",
+        }
+    ),
+    Message: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
+    TextPart: frozenset({"text"}),
+    ImagePart: frozenset({"url", "detail"}),
+    ToolCall: frozenset({"id", "name", "arguments"}),
+    # The description and schema steer the model as much as the prompt does.
+    Tool: frozenset({"name", "description", "parameters", "strict"}),
+    NamedToolChoice: frozenset({"name"}),
+    ResponseFormat: frozenset({"type", "json_schema"}),
+}
+
+EXCLUDED: Mapping[type, frozenset[str]] = {
+    ChatRequest: frozenset(
+        {
+            # The client's name for the model (maybe an alias); the key takes the hop's
+            # canonical provider and model instead, so each hop has its own entries.
+            "model",
+            # Streaming and non-streaming requests share entries: both are event lists.
+            "stream",
+            # Providers always report usage; the encoder decides whether the client sees it.
+            "include_usage",
+            # Which spelling of the token limit the client used; the limit itself is keyed.
+            "max_tokens_field",
+            # An end-user id for the upstream's abuse tracking; it does not change answers.
+            "user",
+        }
+    ),
+    Message: frozenset(),
+    TextPart: frozenset(),
+    ImagePart: frozenset(),
+    ToolCall: frozenset(),
+    Tool: frozenset(),
+    NamedToolChoice: frozenset(),
+    ResponseFormat: frozenset(),
+}
+
+# `ChatRequest.extra` options that are bookkeeping for the upstream, not generation inputs.
+EXCLUDED_EXTRA = frozenset({"metadata", "store", "service_tier"})
+
+
+def cache_key(provider: str, model: str, request: ChatRequest) -> str:
+    """The 64-hex-digit key of `request` served by `provider`'s `model`."""
+    return hop_key(provider, model, request_fingerprint(request))
+
+
+def request_fingerprint(request: ChatRequest) -> bytes:
+    """sha256 of the request's canonical encoding; the same for every hop."""
+    return hashlib.sha256(canonical_request(request)).digest()
+
+
+def hop_key(provider: str, model: str, fingerprint: bytes) -> str:
+    header = orjson.dumps(("olp-cache-key", KEY_SCHEMA, provider, model))
+    return hashlib.sha256(header + fingerprint).hexdigest()
+
+
+def canonical_request(request: ChatRequest) -> bytes:
+    """The canonical bytes of every INCLUDED field of `request` (hop-independent)."""
+    doc = {
+        "messages": [_message(m) for m in request.messages],
+        "tools": [_tool(t) for t in request.tools],
+        "tool_choice": _tool_choice(request.tool_choice),
+        "parallel_tool_calls": request.parallel_tool_calls,
+        "response_format": _response_format(request.response_format),
+        "temperature": _number(request.temperature),
+        "top_p": _number(request.top_p),
+        "max_tokens": request.max_tokens,
+        "stop": list(request.stop),
+        "seed": request.seed,
+        "extra": _extra(request.extra),
+    }
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=_json_default)
+
+
+def _message(m: Message) -> dict[str, Any]:
+    content: Any = m.content
+    if isinstance(content, tuple):
+        content = [_part(p) for p in content]
+    return {
+        "role": m.role,
+        "content": content,
+        "name": m.name,
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
+        ],
+        "tool_call_id": m.tool_call_id,
+    }
+
+
+def _part(part: ContentPart) -> dict[str, Any]:
+    if isinstance(part, TextPart):
+        return {"type": "text", "text": part.text}
+    return {"type": "image", "url": part.url, "detail": part.detail}
+
+
+def _tool(t: Tool) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "description": t.description,
+        "parameters": t.parameters,
+        "strict": t.strict,
+    }
+
+
+def _tool_choice(choice: ToolChoice | None) -> Any:
+    if isinstance(choice, NamedToolChoice):
+        return {"function": choice.name}
+    return choice
+
+
+def _response_format(fmt: ResponseFormat | None) -> Any:
+    if fmt is None:
+        return None
+    return {"type": fmt.type, "json_schema": fmt.json_schema}
+
+
+def _number(value: float | None) -> str | None:
+    # `+ 0.0` folds -0.0 into 0.0; repr is the shortest exact form, locale-free.
+    return None if value is None else repr(float(value) + 0.0)
+
+
+def _extra(extra: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in extra.items():
+        if name in EXCLUDED_EXTRA:
+            continue
+        # Top-level numeric options (penalties) get the same int/float folding as sampling.
+        if type(value) is int or type(value) is float:
+            out[name] = _number(value)
+        else:
+            out[name] = value
+    return out
+
+
+def _json_default(value: object) -> Any:
+    # Schemas and extras are Mappings by type, not always dicts; encode them as objects.
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot encode {type(value).__name__} in a cache key")

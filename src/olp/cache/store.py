@@ -1,0 +1,59 @@
+"""What every cache store offers, whatever it keeps its entries in.
+
+Two implementations: `MemoryStore` (a bounded LRU in this process; also the hot front of
+the other) and `SqliteStore` (`$OLP_HOME/cache.db` behind that front, surviving restarts).
+Entries live in namespaces (one per OLP key): a namespace never sees another's entries,
+and each has its own entry limit and LRU order.
+
+`lookup` is the hot path: memory only, synchronous, microseconds. `get` may also read the
+disk (in a worker thread, never on the event loop). Writes never block the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from olp.ir import Event
+
+__all__ = ["CachedAnswer", "Store", "StoreStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class CachedAnswer:
+    """One complete answer: the events exactly as the upstream produced them."""
+
+    events: tuple[Event, ...]
+    nbytes: int  # size of the encoded entry; what `max_entry_bytes` limits
+    created_at: float
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    entries: int = 0
+    bytes: int = 0
+
+
+class Store(Protocol):
+    def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
+        """A live entry held in memory, or None. Never touches the disk."""
+
+    async def get(self, namespace: str, key: str) -> CachedAnswer | None:
+        """A live entry from memory or, on a memory miss, from the disk."""
+
+    def put(self, namespace: str, key: str, events: Sequence[Event]) -> bool:
+        """Store an answer; False when it is not kept (over `max_entry_bytes`, `ttl_s` 0)."""
+
+    def delete(self, namespace: str, key: str) -> bool: ...
+
+    def clear(self, namespace: str | None = None) -> int:
+        """Drop one namespace's entries, or all; returns how many were dropped."""
+
+    def stats(self, namespace: str | None = None) -> StoreStats: ...
+
+    def namespaces(self) -> list[str]: ...
+
+    async def aclose(self) -> None:
+        """Flush pending writes and release files."""

@@ -1,0 +1,369 @@
+"""`olp keys`: create, list, revoke, rotate and change API keys ($OLP_HOME/keys.db).
+
+Works whether or not the server runs: the server notices every change on its next
+request. Does not need a valid config.json (only OLP_HOME), so a broken config never
+locks the owner out of key management.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+import orjson
+
+from olp.accounts.identity import KeyLimits
+from olp.accounts.keyrecord import KeyRecord, Patterns
+from olp.accounts.keystore import KEEP, Keep, KeyStore, NewKey, keys_db_path
+from olp.cli.common import fail
+from olp.config import load_config, olp_home
+from olp.errors import ConfigError, OLPError
+
+__all__ = ["keys_group"]
+
+
+class _Remove(enum.Enum):
+    """`--rpm none`: remove the limit."""
+
+    REMOVE = "none"
+
+
+REMOVE = _Remove.REMOVE
+LimitArg = int | float | _Remove | None  # None: option not given
+
+
+class _LimitType(click.ParamType[int | float | _Remove]):
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = "N|none" if kind is int else "USD|none"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | float | _Remove:
+        if isinstance(value, int | float | _Remove):
+            return value
+        text = str(value).strip().lower()
+        if text in ("none", "off", "unlimited"):
+            return REMOVE
+        try:
+            number = self.kind(text.removeprefix("$").replace("_", ""))
+        except ValueError:
+            what = "a whole number" if self.kind is int else "an amount in USD"
+            self.fail(f"{value!r} is not {what} (or 'none' to remove the limit)", param, ctx)
+        if not number > 0 or number != number or number == float("inf"):
+            self.fail(f"{value!r}: a limit must be positive (or 'none' to remove it)", param, ctx)
+        return number
+
+
+_INT = _LimitType(int)
+_USD = _LimitType(float)
+
+_PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
+
+
+def _limit_options(f: Any) -> Any:
+    f = click.option("--usd-month", type=_USD, help="API-equivalent USD per calendar month.")(f)
+    f = click.option("--tpd", type=_INT, help="Tokens per UTC day (prompt + completion).")(f)
+    f = click.option("--rpd", type=_INT, help="Requests per UTC day.")(f)
+    f = click.option("--rpm", type=_INT, help="Requests per minute (sliding window).")(f)
+    f = click.option("--providers", multiple=True, help=f"Allowed providers: {_PATTERN_HELP}.")(f)
+    return click.option("--models", multiple=True, help=f"Allowed models: {_PATTERN_HELP}.")(f)
+
+
+@click.group("keys")
+def keys_group() -> None:
+    """Manage API keys: one per person or app, each with its own limits and models.
+
+    \b
+    Keys live in $OLP_HOME/keys.db, stored only as SHA-256 hashes; a new key is shown
+    once. Changes take effect on the running server's next request.
+
+    \b
+    Examples:
+      olp keys create --name alice --models 'gpt-*,sonnet' --rpm 20 --usd-month 10
+      olp keys list
+      olp keys set alice --rpm none --rpd 500
+      olp keys rotate alice
+      olp keys revoke alice
+    """
+
+
+@keys_group.command("create")
+@click.option("--name", required=True, help="Who or what the key is for (unique).")
+@click.option(
+    "--tier",
+    type=click.Choice(["member", "owner"]),
+    default="member",
+    show_default=True,
+    help="owner: may use owner endpoints (dashboard, management).",
+)
+@_limit_options
+@click.option("--json", "as_json", is_flag=True, help='Print {"id","key","name","tier"} only.')
+def create(
+    name: str,
+    tier: str,
+    models: tuple[str, ...],
+    providers: tuple[str, ...],
+    rpm: LimitArg,
+    rpd: LimitArg,
+    tpd: LimitArg,
+    usd_month: LimitArg,
+    as_json: bool,
+) -> None:
+    """Create a key and print it once.
+
+    \b
+    Examples:
+      olp keys create --name alice
+      olp keys create --name ci --models 'gpt-4o-mini' --rpd 1000 --json
+      olp keys create --name laptop --tier owner
+    """
+    limits = KeyLimits(
+        rpm=_int_or_none(rpm),
+        rpd=_int_or_none(rpd),
+        tpd=_int_or_none(tpd),
+        usd_month=_float_or_none(usd_month),
+    )
+    with _store() as store:
+        new = store.create(
+            name,
+            tier=tier,
+            allowed_models=_patterns(models),
+            allowed_providers=_patterns(providers),
+            limits=limits,
+        )
+    if as_json:
+        r = new.record
+        click.echo(orjson.dumps({"id": r.id, "key": new.secret, "name": r.name, "tier": r.tier}))
+        return
+    _show_secret(new, f'Created key {new.record.id} for "{new.record.name}" ({new.record.tier}).')
+
+
+@keys_group.command("list")
+@click.option("--active", is_flag=True, help="Hide revoked keys.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+def list_keys(active: bool, as_json: bool) -> None:
+    """List keys with their tier, limits, allow-lists and last use (never the secret).
+
+    Last use is written by the server in batches, so it may lag by up to a minute.
+    """
+    with _store() as store:
+        records = store.list_keys(include_revoked=not active)
+    if as_json:
+        payload = {"keys": [r.public() for r in records]}
+        click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
+    elif not records:
+        click.echo("No keys yet. Create one: olp keys create --name NAME")
+    else:
+        click.echo(_table(records))
+
+
+@keys_group.command("revoke")
+@click.argument("key")
+def revoke(key: str) -> None:
+    """Revoke KEY (an id or a name): it stops working on the server's next request."""
+    with _store() as store:
+        before = store.get(key)
+        record = store.revoke(key)
+    if before.revoked:
+        click.echo(
+            f"Key {record.id} ({record.name}) was already revoked {_when(before.revoked_at)}."
+        )
+    else:
+        click.echo(f"Revoked key {record.id} ({record.name}).")
+
+
+@keys_group.command("rotate")
+@click.argument("key")
+@click.option("--json", "as_json", is_flag=True, help='Print {"id","key","name","tier"} only.')
+def rotate(key: str, as_json: bool) -> None:
+    """Give KEY a new secret (same id, name and settings); the old secret stops working."""
+    with _store() as store:
+        new = store.rotate(key)
+    if as_json:
+        r = new.record
+        click.echo(orjson.dumps({"id": r.id, "key": new.secret, "name": r.name, "tier": r.tier}))
+        return
+    _show_secret(
+        new, f"New secret for key {new.record.id} ({new.record.name}); the old one no longer works."
+    )
+
+
+@keys_group.command("set")
+@click.argument("key")
+@_limit_options
+@click.option("--name", "new_name", help="Rename the key.")
+def set_(
+    key: str,
+    models: tuple[str, ...],
+    providers: tuple[str, ...],
+    rpm: LimitArg,
+    rpd: LimitArg,
+    tpd: LimitArg,
+    usd_month: LimitArg,
+    new_name: str | None,
+) -> None:
+    """Change KEY's limits, allow-lists or name; what you do not mention stays as it is.
+
+    \b
+    Examples:
+      olp keys set alice --rpm 30 --usd-month 20
+      olp keys set alice --rpm none            remove the per-minute limit
+      olp keys set alice --models '*'          allow every model again
+      olp keys set key_ab12cd34 --name bob
+    """
+    if (
+        not models
+        and not providers
+        and all(v is None for v in (rpm, rpd, tpd, usd_month, new_name))
+    ):
+        raise click.UsageError("nothing to change: give at least one option (see --help)")
+    with _store() as store:
+        record = store.update(
+            key,
+            name=KEEP if new_name is None else new_name,
+            rpm=_keep_int(rpm),
+            rpd=_keep_int(rpd),
+            tpd=_keep_int(tpd),
+            usd_month=_keep_float(usd_month),
+            allowed_models=_patterns(models) if models else KEEP,
+            allowed_providers=_patterns(providers) if providers else KEEP,
+        )
+    click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
+
+
+# -- helpers ----------------------------------------------------------------------------
+
+
+@contextmanager
+def _store() -> Iterator[KeyStore]:
+    """The key store; any OLP error (bad input, unknown key, damaged file) exits 2."""
+    path = keys_db_path(olp_home(os.environ))
+    try:
+        store = KeyStore.open(path)
+    except OLPError as exc:
+        fail(exc.message)
+    try:
+        yield store
+    except OLPError as exc:
+        fail(exc.message, hint=_hint(exc))
+    finally:
+        store.close()
+
+
+def _hint(exc: OLPError) -> str | None:
+    if exc.code == "key_not_found":
+        return "olp keys list shows every key's id and name"
+    return None
+
+
+def _patterns(values: tuple[str, ...]) -> Patterns:
+    """('a,b', 'c') -> ('a', 'b', 'c'); nothing given -> None (everything)."""
+    if not values:
+        return None
+    return tuple(part for value in values for part in value.split(","))
+
+
+def _int_or_none(value: LimitArg) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _float_or_none(value: LimitArg) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _keep_int(value: LimitArg) -> int | Keep | None:
+    """Option not given: keep; 'none': remove; else the new limit."""
+    return KEEP if value is None else _int_or_none(value)
+
+
+def _keep_float(value: LimitArg) -> float | Keep | None:
+    return KEEP if value is None else _float_or_none(value)
+
+
+def _show_secret(new: NewKey, headline: str) -> None:
+    base_url = _base_url()
+    click.echo(
+        f"{headline}\n\n    {new.secret}\n\n"
+        "This is the only time it is shown: OLP keeps only its SHA-256 hash.\n"
+        "Use it as an OpenAI API key:\n"
+        f"    export OPENAI_BASE_URL={base_url}\n"
+        f"    export OPENAI_API_KEY={new.secret}\n"
+        f"Settings: {_settings(new.record)}"
+    )
+
+
+def _base_url() -> str:
+    try:
+        server = load_config(detect_local_servers=False).server
+    except ConfigError:
+        return "http://127.0.0.1:3456/v1"
+    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
+    return f"http://{host}:{server.port}/v1"
+
+
+def _settings(record: KeyRecord) -> str:
+    return (
+        f"limits {_limits(record.limits)}; models {_list(record.allowed_models)}; "
+        f"providers {_list(record.allowed_providers)}"
+    )
+
+
+def _limits(limits: KeyLimits) -> str:
+    parts = [
+        f"{name} {value:g}" if isinstance(value, float) else f"{name} {value}"
+        for name, value in (
+            ("rpm", limits.rpm),
+            ("rpd", limits.rpd),
+            ("tpd", limits.tpd),
+            ("usd/month", limits.usd_month),
+        )
+        if value is not None
+    ]
+    return ", ".join(parts) if parts else "none"
+
+
+def _list(patterns: Patterns) -> str:
+    return "*" if patterns is None else ",".join(patterns)
+
+
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "never"
+
+
+def _table(records: list[KeyRecord]) -> str:
+    header = (
+        "ID",
+        "NAME",
+        "TIER",
+        "STATUS",
+        "LIMITS",
+        "MODELS",
+        "PROVIDERS",
+        "LAST USED",
+        "CREATED",
+    )
+    rows = [header] + [
+        (
+            r.id,
+            r.name,
+            r.tier,
+            "revoked" if r.revoked else "active",
+            _limits(r.limits),
+            _list(r.allowed_models),
+            _list(r.allowed_providers),
+            _when(r.last_used),
+            _when(r.created),
+        )
+        for r in records
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )

@@ -1,0 +1,330 @@
+"""`olp setup`: the first-run wizard — detect, plan, write config.json, make the owner key,
+print client settings. The rules live in `setup_plan` (pure), the probes in `setup_detect`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import click
+
+from olp.accounts import OwnerKeyFile
+from olp.accounts.keystore import KeyStore, keys_db_path
+from olp.cli.common import fail
+from olp.cli.setup_clients import client_snippets
+from olp.cli.setup_detect import detect_machine
+from olp.cli.setup_plan import (
+    DEFAULT_PORT,
+    Candidate,
+    Machine,
+    Plan,
+    build_config,
+    candidates,
+    default_plan,
+    nothing_found_note,
+    plan_chains,
+    render_config,
+)
+from olp.config import load_config, olp_home
+from olp.errors import ConfigError, OLPError
+from olp.providers.loader import load_plugins
+from olp.registry import Registry, load_registry
+
+__all__ = ["setup"]
+
+
+@click.command()
+@click.option("--yes", "-y", is_flag=True, help="No questions: take the defaults (for scripts).")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an existing config.json without asking (a backup is kept).",
+)
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="OLP's directory (default: $OLP_HOME, else ~/.olp).",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=DEFAULT_PORT,
+    show_default=True,
+    help="Port OLP will listen on (asked again unless --yes).",
+)
+@click.option("--no-local", is_flag=True, help="Do not probe local servers (Ollama, vLLM, …).")
+def setup(yes: bool, force: bool, home: Path | None, port: int, no_local: bool) -> None:
+    """Detect what this machine has and write a working config.json.
+
+    Finds subscription CLIs on PATH (claude, codex, vibe, gemini, qwen) and whether they
+    are logged in, API-key variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, …) and local
+    servers (Ollama, vLLM/llama.cpp, LM Studio); proposes one provider for each and a
+    fallback chain per model family (sonnet, gpt-5, devstral, gemini-pro, local, default,
+    …); writes $OLP_HOME/config.json (mode 0600); creates the owner key; and prints
+    settings to paste into curl, the openai SDK, Continue, Cline, Aider and Open WebUI.
+
+    Interactive by default. With --yes it asks nothing: it adds every risk-tier D provider
+    found and all default chains; tier C and B providers (gemini, qwen) need a question.
+    An existing config.json is never replaced silently: interactively you are asked,
+    with --yes it is refused unless --force is given; either way a backup is kept as
+    config.json.bak-<timestamp>.
+
+    \b
+    Examples:
+      olp setup
+      olp setup --yes
+      olp setup --yes --force --home /srv/olp --port 8080
+    """
+    env = os.environ
+    home = (home or olp_home(env)).expanduser().absolute()
+    path = home / "config.json"
+    if not _may_replace(path, yes=yes, force=force):
+        click.echo(f"Kept {path}; nothing changed. `olp config check` shows what it does.")
+        return
+    click.echo("Looking at this machine:")
+    machine = detect_machine(env, lambda line: click.echo(f"  {line}"), probe_local=not no_local)
+    plugins, registry = _plugins(), load_registry()
+    if yes:
+        plan = default_plan(machine, plugins, registry, port=port)
+    else:
+        plan = _ask(machine, plugins, registry, port)
+    _show(plan)
+    if not yes and not click.confirm(f"\nWrite {path}?", default=True):
+        click.echo("Nothing written.")
+        return
+    data = render_config(plan.config)
+    _validate(data, env)
+    backup = _write(path, data)
+    if backup:
+        click.echo(f"\nBacked up the previous config to {backup}")
+    click.echo(f"\nWrote {path}")
+    key = _owner_key(home, env)
+    # `olp start` must find this directory too.
+    prefix = "" if home == olp_home(env).expanduser().absolute() else f"OLP_HOME={home} "
+    _print_clients(plan, key, prefix)
+
+
+def _may_replace(path: Path, *, yes: bool, force: bool) -> bool:
+    """False: keep the existing config (the owner said no). Refusing under --yes exits 2."""
+    if not (path.exists() or path.is_symlink()) or force:
+        return True
+    if yes:
+        fail(
+            f"{path} already exists; `olp setup --yes` does not replace it",
+            hint="run `olp setup` to be asked, or `olp setup --yes --force` "
+            "(the old file is kept as config.json.bak-<timestamp>)",
+        )
+    return click.confirm(
+        f"{path} already exists. Overwrite it? (a backup is kept as config.json.bak-<timestamp>)",
+        default=False,
+    )
+
+
+def _plugins() -> frozenset[str]:
+    try:
+        return frozenset(load_plugins())
+    except Exception as exc:  # a broken third-party plugin: say which, never a traceback
+        fail(
+            f"cannot load the installed provider plugins: {exc}",
+            hint="reinstall or uninstall the package that provides the broken plugin",
+        )
+
+
+def _ask(machine: Machine, plugins: frozenset[str], registry: Registry, port: int) -> Plan:
+    found, notes = candidates(machine, plugins, registry)
+    for note in notes:
+        click.echo(f"note: {note}")
+    chosen = [c for c in found if _confirm_provider(c, registry)]
+    chains = plan_chains(chosen)
+    if chains:
+        click.echo("\nDefault chains (a request for the name tries each hop in turn):")
+        for name, hops in chains.items():
+            click.echo(f"  {name:<13} {_hops(hops)}")
+        picked = click.prompt(
+            "Chains to write (comma-separated names, 'all' or 'none')",
+            default="all",
+            value_proc=lambda text: _pick(text, list(chains)),
+        )
+        chains = {name: hops for name, hops in chains.items() if name in picked}
+    port = click.prompt("Port for OLP", default=port, type=click.IntRange(1, 65535))
+    extra = () if chosen else (nothing_found_note(),)
+    config = build_config(chosen, chains, port=port)
+    return Plan(config, tuple(chosen), chains, extra)
+
+
+def _confirm_provider(c: Candidate, registry: Registry) -> bool:
+    what = f"{c.name} ({c.type}): {c.summary}"
+    if c.default_on:
+        return click.confirm(f"Add {what}?", default=True)
+    meaning = registry.risk_tiers.get(c.tier, "not in the models registry")
+    info = registry.provider_type(c.type)
+    click.echo(f"\n{c.name} ({c.type}) is risk tier {c.tier}: {meaning}.")
+    if info and info.note:
+        click.echo(f"  {info.note}")
+    if c.needs_consent:
+        return click.confirm(
+            f"I accept that risk: add {what}, recording my consent in config.json?",
+            default=False,
+        )
+    return click.confirm(f"Opt in: add {what}?", default=False)
+
+
+def _pick(text: str, names: list[str]) -> set[str]:
+    words = {w.strip() for w in text.split(",") if w.strip()}
+    if words in ({"all"}, set()):
+        return set(names)
+    if words == {"none"}:
+        return set()
+    unknown = sorted(words - set(names))
+    if unknown:
+        raise click.BadParameter(f"unknown chain(s): {', '.join(unknown)}")
+    return words
+
+
+def _hops(hops: list[dict[str, str]]) -> str:
+    return " → ".join(f"{h['provider']}/{h['model']}" for h in hops)
+
+
+def _show(plan: Plan) -> None:
+    click.echo("\nProviders:" if plan.providers else "\nProviders: none")
+    for c in plan.providers:
+        click.echo(f"  {c.name:<13} {c.type:<15} {c.summary}")
+    if plan.chains:
+        click.echo("Chains:")
+        for name, hops in plan.chains.items():
+            click.echo(f"  {name:<13} {_hops(hops)}")
+    for note in plan.notes:
+        click.echo(f"note: {note}")
+
+
+def _validate(data: bytes, env: Mapping[str, str]) -> None:
+    """Load the document exactly as `olp start` will, before it replaces anything."""
+    with tempfile.TemporaryDirectory(prefix="olp-setup-") as tmp:
+        Path(tmp, "config.json").write_bytes(data)
+        check_env = {k: v for k, v in env.items() if not k.startswith("OLP_")}
+        check_env["OLP_HOME"] = tmp
+        try:
+            load_config(check_env, detect_local_servers=False)
+        except ConfigError as exc:
+            fail(
+                f"olp setup built an invalid config (a bug; please report it):\n{exc}",
+                hint="nothing was written; write config.json by hand (docs/configuration.md)",
+            )
+
+
+def _write(path: Path, data: bytes) -> Path | None:
+    """Back up what is there, then replace it atomically (tmp + rename), mode 0600."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        backup = _backup(path) if path.exists() else None
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        _write_new(tmp, data)
+        try:
+            os.replace(tmp, path)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
+        _fsync_dir(path.parent)
+    except OSError as exc:
+        fail(
+            f"cannot write {path}: {exc.strerror or exc}",
+            hint="check that directory's permissions, or choose another one with --home",
+        )
+    return backup
+
+
+def _backup(path: Path) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    target = path.with_name(f"{path.name}.bak-{stamp}")
+    n = 1
+    while target.exists():  # two runs in one second keep both backups
+        target = path.with_name(f"{path.name}.bak-{stamp}-{n}")
+        n += 1
+    _write_new(target, path.read_bytes())
+    return target
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Create `path` (never an existing file) with mode 0600 and `data`, flushed to disk."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+    except OSError:
+        path.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _owner_key(home: Path, env: Mapping[str, str]) -> str | None:
+    """A new owner-tier key in the key store (printed once, only its hash kept), or None
+    when the owner already has a credential — then say how to replace it."""
+    if env.get("OLP_OWNER_TOKEN"):
+        click.echo("\nOwner key: OLP_OWNER_TOKEN is set, so none is made; that token is your key.")
+        return None
+    try:
+        store = KeyStore.open(keys_db_path(home))
+    except OLPError as exc:
+        fail(exc.message)
+    try:
+        return _owner_key_in(store, OwnerKeyFile(home))
+    except OLPError as exc:
+        fail(exc.message)
+    finally:
+        store.close()
+
+
+def _owner_key_in(store: KeyStore, legacy: OwnerKeyFile) -> str | None:
+    owners = [r for r in store.list_keys(include_revoked=False) if r.tier == "owner"]
+    if owners:
+        first = owners[0]
+        click.echo(
+            f"\nOwner key: you already have one ({first.name}, {first.id}); it is never "
+            f"shown again.\nTo replace it: `olp keys rotate {first.id}` prints a new one."
+        )
+        return None
+    if legacy.load_hash():
+        click.echo(
+            f"\nOwner key: you already have one (made by `olp start`, its hash in "
+            f"{legacy.path}); it is never shown again.\nTo replace it: "
+            "`olp keys create --name owner --tier owner`, then delete that file."
+        )
+        return None
+    # A member key may already be called "owner": names of active keys are unique.
+    taken = {r.name for r in store.list_keys(include_revoked=False)}
+    name = next(n for n in ("owner", *(f"owner-{i}" for i in range(2, 1000))) if n not in taken)
+    new = store.create(name, tier="owner")
+    click.echo(
+        f"\nYour owner key {new.record.name!r} ({new.record.id}) — shown once; only its "
+        f"hash is kept in {store.path}:\n\n    {new.secret}\n"
+    )
+    return new.secret
+
+
+def _print_clients(plan: Plan, key: str | None, prefix: str) -> None:
+    server = plan.config["server"]
+    base_url = f"http://{server['host']}:{server['port']}/v1"
+    if key is None:
+        key = "<your OLP key>"
+    model = "default" if "default" in plan.chains else next(iter(plan.chains), "default")
+    click.echo(f"Client settings (base URL {base_url}, model {model!r}):\n")
+    click.echo(client_snippets(base_url, key, model))
+    if plan.providers:
+        click.echo(f"next: `{prefix}olp start`, then `{prefix}olp doctor`")
+    else:
+        click.echo(
+            "next: add a provider (see the note above), run `olp setup` again, then `olp start`"
+        )

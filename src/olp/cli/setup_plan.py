@@ -1,0 +1,408 @@
+"""`olp setup`, the pure part: what was found on the machine → a config.json to write.
+
+No I/O here: detection (`setup_detect`) fills a `Machine`, this module turns it into
+candidate providers, default chains per model family and the config document, so every
+rule is unit-tested without a real CLI, key or server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+from olp.config.detect import KNOWN_API_KEYS
+from olp.registry import Registry
+
+__all__ = [
+    "CLI_SPECS",
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "FAMILIES",
+    "Candidate",
+    "CliSpec",
+    "FoundCli",
+    "FoundServer",
+    "Login",
+    "Machine",
+    "Plan",
+    "build_config",
+    "candidates",
+    "default_plan",
+    "plan_chains",
+    "render_config",
+]
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 3456
+
+Login = Literal["yes", "no", "unknown"]
+Kind = Literal["subscription", "api", "local"]
+
+
+@dataclass(frozen=True, slots=True)
+class CliSpec:
+    """A subscription CLI OLP can drive: where its login lives, and what it serves."""
+
+    type: str
+    name: str  # the provider name setup gives it, and the executable's usual name
+    product: str  # what the owner pays for, in words
+    # Files under HOME whose presence means "logged in" (any one of them).
+    credential_files: tuple[str, ...]
+    # Variables that log the CLI in too; passed to the child through the provider's
+    # `env` as `${VAR}`, because OLP scrubs a CLI child's environment.
+    login_env: tuple[str, ...]
+    login_hint: str  # how to log in
+    models: tuple[str, ...]  # declared in `models`, so plain names resolve to it
+    default_model: str  # its hop in the `default` chain
+
+
+CLI_SPECS: tuple[CliSpec, ...] = (
+    CliSpec(
+        "claude-cli", "claude", "Claude Pro/Max",
+        (".claude/.credentials.json",), ("CLAUDE_CODE_OAUTH_TOKEN",),
+        "run `claude` once and log in (or `claude setup-token`)",
+        ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"), "claude-sonnet-4-5",
+    ),
+    CliSpec(
+        "codex-cli", "codex", "ChatGPT",
+        (".codex/auth.json",), (),
+        "run `codex login`",
+        ("gpt-5", "gpt-5-codex"), "gpt-5",
+    ),
+    CliSpec(
+        "vibe-cli", "vibe", "Le Chat Pro",
+        (".vibe/.env",), (),
+        "run `vibe --setup`",
+        ("devstral-medium-latest", "mistral-large-latest"), "devstral-medium-latest",
+    ),
+    CliSpec(
+        "gemini-cli", "gemini", "Google account",
+        (".gemini/oauth_creds.json",), ("GEMINI_API_KEY",),
+        "run `gemini` once and choose 'Login with Google' (or set GEMINI_API_KEY)",
+        ("gemini-2.5-pro", "gemini-2.5-flash"), "gemini-2.5-pro",
+    ),
+    CliSpec(
+        "qwen-cli", "qwen", "Qwen Code",
+        (".qwen/oauth_creds.json",), (),
+        "run `qwen` once and log in with Qwen OAuth",
+        ("qwen3-coder-plus",), "qwen3-coder-plus",
+    ),
+)  # fmt: skip
+
+# Each API provider's hop in the `default` chain (their declared models come from
+# `olp.config.detect`, so a setup config declares what a config-less start would).
+_API_DEFAULT_MODEL = {
+    "anthropic": "claude-sonnet-4-5",
+    "openai": "gpt-5",
+    "mistral": "mistral-large-latest",
+    "deepseek": "deepseek-chat",
+    "groq": "llama-3.3-70b-versatile",
+    "openrouter": "anthropic/claude-sonnet-4.5",
+}
+# Order of API providers in the `default` chain: first-party vendors, then the aggregator.
+_API_ORDER = ("anthropic", "openai", "mistral", "deepseek", "groq", "openrouter")
+
+# Chain name → hops in order of preference (provider name as setup names it, model id).
+# Subscriptions first (already paid for), the vendor's API next, OpenRouter last.
+# A hop is kept only when its provider was added; a chain only when a hop is left.
+FAMILIES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("sonnet", (("claude", "claude-sonnet-4-5"), ("anthropic", "claude-sonnet-4-5"),
+                ("openrouter", "anthropic/claude-sonnet-4.5"))),
+    ("opus", (("claude", "claude-opus-4-1"), ("anthropic", "claude-opus-4-1"),
+              ("openrouter", "anthropic/claude-opus-4.1"))),
+    ("haiku", (("claude", "claude-haiku-4-5"), ("anthropic", "claude-haiku-4-5"),
+               ("openrouter", "anthropic/claude-haiku-4.5"))),
+    ("gpt-5", (("codex", "gpt-5"), ("openai", "gpt-5"), ("openrouter", "openai/gpt-5"))),
+    ("codex", (("codex", "gpt-5-codex"), ("openai", "gpt-5-codex"),
+               ("openrouter", "openai/gpt-5-codex"))),
+    ("devstral", (("vibe", "devstral-medium-latest"), ("mistral", "devstral-medium-latest"),
+                  ("openrouter", "mistralai/devstral-medium"))),
+    ("mistral", (("vibe", "mistral-large-latest"), ("mistral", "mistral-large-latest"),
+                 ("openrouter", "mistralai/mistral-large"))),
+    ("gemini-pro", (("gemini", "gemini-2.5-pro"), ("openrouter", "google/gemini-2.5-pro"))),
+    ("gemini-flash", (("gemini", "gemini-2.5-flash"),
+                      ("openrouter", "google/gemini-2.5-flash"))),
+    ("qwen-coder", (("qwen", "qwen3-coder-plus"), ("openrouter", "qwen/qwen3-coder"))),
+    ("deepseek", (("deepseek", "deepseek-chat"), ("openrouter", "deepseek/deepseek-chat"))),
+    ("llama", (("groq", "llama-3.3-70b-versatile"),
+               ("openrouter", "meta-llama/llama-3.3-70b-instruct"))),
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class FoundCli:
+    """A CLI found on PATH."""
+
+    type: str  # e.g. "claude-cli"
+    path: str
+    version: str | None  # first line of `--version`; None: it did not answer in time
+    works: bool  # False: `--version` failed (the binary is broken)
+    login: Login
+    login_source: str = ""  # "~/.claude/.credentials.json", "CLAUDE_CODE_OAUTH_TOKEN", ...
+    login_env: tuple[str, ...] = ()  # variables to hand the child through `env`
+
+
+@dataclass(frozen=True, slots=True)
+class FoundServer:
+    """An OpenAI-compatible server answering on this machine."""
+
+    name: str  # provider name: "ollama", "vllm", "llamacpp", "local-server", "lmstudio"
+    label: str  # for people: "Ollama", "LM Studio", ...
+    base_url: str  # the API root, ending in /v1
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Machine:
+    clis: tuple[FoundCli, ...] = ()
+    api_keys: tuple[str, ...] = ()  # names of the API-key variables that are set
+    servers: tuple[FoundServer, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A provider setup can add, and what adding it needs."""
+
+    name: str
+    type: str
+    kind: Kind
+    tier: str  # risk tier from the registry ("?" if the registry does not know the type)
+    summary: str  # one line for people
+    entry: Mapping[str, Any]  # providers.<name> in config.json (without `consent`)
+    default_model: str | None  # its hop in the `default` chain; None: no model known
+
+    @property
+    def default_on(self) -> bool:
+        """Only tier D is safe to add without asking (seeds' risk tier guide)."""
+        return self.tier == "D"
+
+    @property
+    def needs_consent(self) -> bool:
+        return self.tier == "B"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    config: dict[str, Any]
+    providers: tuple[Candidate, ...]
+    chains: dict[str, list[dict[str, str]]]
+    # What was left out and why, and what to do when nothing was found.
+    notes: tuple[str, ...] = field(default=())
+
+
+def candidates(
+    machine: Machine, plugins: Collection[str], registry: Registry
+) -> tuple[list[Candidate], list[str]]:
+    """Every provider setup could add, in chain order, and notes on what it left out."""
+    found: list[Candidate] = []
+    notes: list[str] = []
+    specs = {spec.type: spec for spec in CLI_SPECS}
+    for cli in machine.clis:
+        spec = specs[cli.type]
+        reason = _cli_unusable(cli, spec, plugins)
+        if reason:
+            notes.append(reason)
+            continue
+        login = "logged in" if cli.login == "yes" else "login not verifiable"
+        source = f" ({cli.login_source})" if cli.login_source else ""
+        entry: dict[str, Any] = {"type": cli.type, "models": list(spec.models)}
+        if cli.login_env:
+            entry["env"] = {var: f"${{{var}}}" for var in cli.login_env}
+        found.append(
+            Candidate(
+                name=spec.name,
+                type=cli.type,
+                kind="subscription",
+                tier=_tier(registry, cli.type),
+                summary=f"{spec.product} through `{spec.name}`, {login}{source}",
+                entry=entry,
+                default_model=spec.default_model,
+            )
+        )
+    apis = {api.name: api for api in KNOWN_API_KEYS if api.env in machine.api_keys}
+    for name in sorted(apis, key=_API_ORDER.index):
+        api = apis[name]
+        if api.type not in plugins:
+            notes.append(f"{api.env} is set, but no {api.type} provider plugin is installed")
+            continue
+        entry = {"type": api.type, "base_url": api.base_url, "api_key_env": api.env}
+        if api.models:
+            entry["models"] = list(api.models)
+        found.append(
+            Candidate(
+                name=api.name,
+                type=api.type,
+                kind="api",
+                tier=_tier(registry, api.type),
+                summary=f"{api.base_url} with the key in {api.env}",
+                entry=entry,
+                default_model=_API_DEFAULT_MODEL[api.name],
+            )
+        )
+    for server in machine.servers:
+        if "openai-http" not in plugins:
+            notes.append(f"{server.label} found, but no openai-http provider plugin is installed")
+            continue
+        entry = {"type": "openai-http", "base_url": server.base_url}
+        if server.models:
+            entry["models"] = list(server.models)
+        else:
+            notes.append(f"{server.label} answers but serves no model yet (e.g. `ollama pull`)")
+        found.append(
+            Candidate(
+                name=server.name,
+                type="openai-http",
+                kind="local",
+                tier=_tier(registry, "openai-http"),
+                summary=f"{server.label} at {server.base_url}, {len(server.models)} model(s)",
+                entry=entry,
+                default_model=server.models[0] if server.models else None,
+            )
+        )
+    excluded = [c for c in found if c.tier == "A"]
+    for c in excluded:
+        notes.append(f"{c.name} ({c.type}) is risk tier A: excluded, it cannot be enabled")
+    return [c for c in found if c.tier != "A"], notes
+
+
+def _cli_unusable(cli: FoundCli, spec: CliSpec, plugins: Collection[str]) -> str | None:
+    if not cli.works:
+        return f"{spec.name} at {cli.path} fails `{spec.name} --version`: reinstall it"
+    if cli.type not in plugins:
+        return (
+            f"{spec.name} found, but this OLP has no {cli.type} provider plugin installed "
+            "(upgrade OLP to use it)"
+        )
+    if cli.login == "no":
+        return (
+            f"{spec.name} found, but not logged in: {spec.login_hint}, then run `olp setup` again"
+        )
+    return None
+
+
+def _tier(registry: Registry, ptype: str) -> str:
+    info = registry.provider_type(ptype)
+    return info.risk_tier if info else "?"
+
+
+def plan_chains(providers: Sequence[Candidate]) -> dict[str, list[dict[str, str]]]:
+    """Default chains over the chosen providers: one per model family, `local`, `default`."""
+    names = {c.name for c in providers}
+    chains: dict[str, list[dict[str, str]]] = {}
+    for family, hops in FAMILIES:
+        kept = [{"provider": p, "model": m} for p, m in hops if p in names]
+        if kept:
+            chains[family] = kept
+    local = [_hop(c) for c in providers if c.kind == "local" and c.default_model]
+    if local:
+        chains["local"] = local
+    ordered = sorted(providers, key=lambda c: ("subscription", "api", "local").index(c.kind))
+    default = [_hop(c) for c in ordered if c.default_model]
+    if default:
+        chains["default"] = default
+    return chains
+
+
+def _hop(c: Candidate) -> dict[str, str]:
+    assert c.default_model is not None  # callers filter
+    return {"provider": c.name, "model": c.default_model}
+
+
+def build_config(
+    providers: Sequence[Candidate],
+    chains: Mapping[str, Sequence[Mapping[str, str]]],
+    *,
+    port: int = DEFAULT_PORT,
+    host: str = DEFAULT_HOST,
+) -> dict[str, Any]:
+    """The config.json document. Choosing a tier-B provider *is* the recorded consent:
+    the wizard only offers it after the owner accepted the risk."""
+    entries: dict[str, Any] = {}
+    for c in providers:
+        entry = dict(c.entry)
+        if c.needs_consent:
+            entry["consent"] = True
+        entries[c.name] = entry
+    return {
+        "server": {"host": host, "port": port},
+        "auth": {"allow_anonymous": False},
+        "providers": entries,
+        "routing": {"chains": {name: [dict(h) for h in hops] for name, hops in chains.items()}},
+    }
+
+
+def default_plan(
+    machine: Machine,
+    plugins: Collection[str],
+    registry: Registry,
+    *,
+    port: int = DEFAULT_PORT,
+) -> Plan:
+    """What `olp setup --yes` writes: every tier-D provider found, all default chains.
+
+    Tier C (opt-in) and tier B (opt-in with consent) are never added without a question.
+    """
+    found, notes = candidates(machine, plugins, registry)
+    chosen = [c for c in found if c.default_on]
+    for c in found:
+        if not c.default_on:
+            notes.append(opt_in_note(c, registry))
+    chains = plan_chains(chosen)
+    if not chosen:
+        notes.append(nothing_found_note())
+    return Plan(build_config(chosen, chains, port=port), tuple(chosen), chains, tuple(notes))
+
+
+def opt_in_note(c: Candidate, registry: Registry) -> str:
+    meaning = registry.risk_tiers.get(c.tier, "not in the models registry")
+    return (
+        f"{c.name} ({c.type}) found but not added: risk tier {c.tier} ({meaning}); "
+        "run `olp setup` without --yes to opt in"
+    )
+
+
+def nothing_found_note() -> str:
+    keys = ", ".join(api.env for api in KNOWN_API_KEYS)
+    return (
+        "no usable provider found. Any one of these is enough: log in to a subscription CLI "
+        "(claude, codex, vibe, gemini, qwen), set an API key variable "
+        f"({keys}), or start a local server (Ollama, vLLM, llama.cpp, LM Studio); "
+        "then run `olp setup` again"
+    )
+
+
+def render_config(config: Mapping[str, Any], *, width: int = 96) -> bytes:
+    """config.json text for people: 2-space indents, but a hop or a short list on one line
+    (`{"provider": "claude", "model": "claude-sonnet-4-5"}`), so a chain reads as a chain."""
+    return (_render(config, 0, width) + "\n").encode()
+
+
+def _render(value: Any, depth: int, width: int) -> str:
+    if not isinstance(value, dict | list) or not value:
+        return orjson.dumps(value).decode()
+    flat = _inline(value)
+    if flat is not None and 2 * depth + len(flat) <= width:
+        return flat
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(value, list):
+        items = [inner + _render(v, depth + 1, width) for v in value]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    members = [
+        f"{inner}{orjson.dumps(k).decode()}: {_render(v, depth + 1, width).lstrip()}"
+        for k, v in value.items()
+    ]
+    return "{\n" + ",\n".join(members) + "\n" + pad + "}"
+
+
+def _inline(value: dict[str, Any] | list[Any]) -> str | None:
+    """One line for a container of scalars only; None for anything nested deeper."""
+    parts = value.values() if isinstance(value, dict) else value
+    if any(isinstance(v, dict | list) for v in parts):
+        return None
+    if isinstance(value, list):
+        return "[" + ", ".join(orjson.dumps(v).decode() for v in value) + "]"
+    items = (f"{orjson.dumps(k).decode()}: {orjson.dumps(v).decode()}" for k, v in value.items())
+    return "{" + ", ".join(items) + "}"

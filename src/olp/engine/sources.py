@@ -1,0 +1,71 @@
+"""Where a hop's events come from: the cache, a shared in-flight call, or the provider.
+
+The engine asks `find_cached` before a hop's gates (a cooling provider's cached answer
+costs it nothing) and `start` after them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from olp.cache import CacheOutcome, HopRole, ResponseCache, hop_key
+from olp.engine.routing import Hop
+from olp.ir import ChatRequest, Event
+from olp.providers.base import HopContext
+
+__all__ = ["CacheScope", "HopSource", "find_cached", "start"]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheScope:
+    """One request's view of the cache (DESIGN §7)."""
+
+    cache: ResponseCache
+    namespace: str  # the caller's key id
+    fingerprint: bytes  # request_fingerprint(request), computed once
+    lookup: bool  # False: Cache-Control no-cache (or no-store)
+    store: bool  # False: Cache-Control no-store
+    # Anthropic `cache_control` markers in the request: bypass on Anthropic hops.
+    prompt_cache_markers: bool = False
+
+    def stores(self, hop: Hop) -> bool:
+        caps = hop.provider.capabilities
+        if self.prompt_cache_markers and caps.prompt_cache_markers:
+            return False
+        return self.store and caps.cacheable
+
+    def key(self, hop: Hop) -> str:
+        return hop_key(hop.name, hop.model, self.fingerprint)
+
+
+@dataclass(frozen=True, slots=True)
+class HopSource:
+    events: AsyncIterator[Event]
+    cache: CacheOutcome
+    role: HopRole  # stored | leader | follower | direct
+
+    @property
+    def upstream(self) -> bool:
+        """This request's own call to the provider (not a replay, not someone else's)."""
+        return self.role in ("leader", "direct")
+
+
+async def find_cached(hop: Hop, scope: CacheScope | None) -> HopSource | None:
+    if scope is None or not scope.lookup or not scope.stores(hop):
+        return None
+    found = await scope.cache.find(scope.namespace, scope.key(hop))
+    return None if found is None else HopSource(found.events, found.outcome, found.role)
+
+
+def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | None) -> HopSource:
+    def call() -> AsyncIterator[Event]:
+        ctx = HopContext(request_id=request_id, hop=hop.index)
+        return hop.provider.stream(request.with_model(hop.model), ctx)
+
+    if scope is None:
+        return HopSource(call(), "bypass", "direct")
+    opened = scope.cache.lead(
+        scope.namespace, scope.key(hop), call, lookup=scope.lookup, store=scope.stores(hop)
+    )
+    return HopSource(opened.events, opened.outcome, opened.role)

@@ -1,0 +1,184 @@
+"""Claude Code's `--output-format stream-json` events → IR events (pure).
+
+Shared by `claude-cli` and `qwen-cli`: Qwen Code speaks the same format (cli-formats.md
+§1.4, §5). Token streaming comes from `stream_event` deltas (with
+`--include-partial-messages`); the `assistant` event repeats the finished message, so
+its text is only emitted where no delta carried it (no partial messages, or the CLI's
+silent non-streaming retry after a stalled stream). Synthetic error messages
+(`model: "<synthetic>"` or a top-level `error`) are never content: they are kept for
+classification. `result` is the terminal event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from olp.ir import Event, FinishReason, ReasoningDelta, TextDelta, Usage
+
+__all__ = ["ClaudeStreamParser", "RateLimitInfo", "finish_reason", "usage_from"]
+
+_STOP: dict[str, FinishReason] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "tool_use": "tool_calls",
+    "refusal": "content_filter",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitInfo:
+    """A `rate_limit_event` (Claude subscriptions): the CLI's view of the unified limit."""
+
+    status: str  # allowed | allowed_warning | rejected
+    resets_at: float | None = None
+    kind: str | None = None  # five_hour | seven_day | ...
+    utilisation: float | None = None
+
+    @classmethod
+    def parse(cls, raw: object) -> RateLimitInfo | None:
+        if not isinstance(raw, dict) or not isinstance(raw.get("status"), str):
+            return None
+        resets = raw.get("resetsAt")
+        util = raw.get("utilization")
+        kind = raw.get("rateLimitType")
+        return cls(
+            status=raw["status"],
+            resets_at=float(resets) if isinstance(resets, int | float) and resets > 0 else None,
+            kind=kind if isinstance(kind, str) else None,
+            utilisation=float(util) if isinstance(util, int | float) else None,
+        )
+
+
+def finish_reason(stop_reason: object) -> FinishReason:
+    if isinstance(stop_reason, str):
+        return _STOP.get(stop_reason, "stop")
+    return "stop"
+
+
+def usage_from(raw: object, cost: object = None, *, cache_in_input: bool = False) -> Usage:
+    """Claude counts cache reads/writes apart from input_tokens; the IR includes them.
+
+    `cache_in_input`: the CLI already counts them in input_tokens (Qwen Code, which
+    relays OpenAI's prompt_tokens).
+    """
+    doc: dict[str, Any] = raw if isinstance(raw, dict) else {}
+    read = _int(doc.get("cache_read_input_tokens"))
+    write = _int(doc.get("cache_creation_input_tokens"))
+    prompt = _int(doc.get("input_tokens")) + (0 if cache_in_input else read + write)
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=_int(doc.get("output_tokens")),
+        cached_prompt_tokens=read,
+        cache_write_tokens=write,
+        cost_usd=float(cost) if isinstance(cost, int | float) else None,
+    )
+
+
+class ClaudeStreamParser:
+    """Feed decoded stdout lines in order; read the outcome off the attributes."""
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] | None = None
+        self.rate_limit: RateLimitInfo | None = None
+        # The CLI's synthetic error message: its `error` kind and its text.
+        self.error_kind: str | None = None
+        self.error_text: str | None = None
+        self.stop_reason: str | None = None
+        self.content_seen = False
+        self._message_id = ""
+        # Per message id and kind ("text"/"thinking"): what deltas carried, and what the
+        # `assistant` events (one per content block) have shown so far.
+        self._streamed: dict[tuple[str, str], str] = {}
+        self._shown: dict[tuple[str, str], str] = {}
+
+    def feed(self, doc: dict[str, Any]) -> list[Event]:
+        kind = doc.get("type")
+        if kind == "stream_event":
+            return self._stream_event(doc.get("event"))
+        if kind == "assistant":
+            return self._assistant(doc)
+        if kind == "result":
+            self.result = doc
+        elif kind == "rate_limit_event":
+            self.rate_limit = RateLimitInfo.parse(doc.get("rate_limit_info")) or self.rate_limit
+        return []
+
+    @property
+    def done(self) -> bool:
+        return self.result is not None
+
+    def _stream_event(self, event: object) -> list[Event]:
+        if not isinstance(event, dict):
+            return []
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            if isinstance(message, dict) and isinstance(message.get("id"), str):
+                self._message_id = message["id"]
+        elif kind == "content_block_delta":
+            return self._delta(event.get("delta"))
+        elif kind == "message_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
+                self.stop_reason = delta["stop_reason"]
+        return []
+
+    def _delta(self, delta: object) -> list[Event]:
+        if not isinstance(delta, dict):
+            return []
+        if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+            return self._emit("text", delta["text"])
+        if delta.get("type") == "thinking_delta" and isinstance(delta.get("thinking"), str):
+            return self._emit("thinking", delta["thinking"])
+        return []
+
+    def _emit(self, kind: str, text: str) -> list[Event]:
+        if not text:
+            return []
+        key = (self._message_id, kind)
+        self._streamed[key] = self._streamed.get(key, "") + text
+        self.content_seen = True
+        return [TextDelta(text) if kind == "text" else ReasoningDelta(text)]
+
+    def _assistant(self, doc: dict[str, Any]) -> list[Event]:
+        message = doc.get("message")
+        if not isinstance(message, dict):
+            return []
+        blocks = message.get("content")
+        texts = [b for b in blocks if isinstance(b, dict)] if isinstance(blocks, list) else []
+        if doc.get("error") or message.get("model") == "<synthetic>":
+            self.error_kind = str(doc.get("error") or "unknown")
+            self.error_text = "".join(str(b.get("text", "")) for b in texts) or None
+            return []
+        raw_id = message.get("id")
+        msg_id = raw_id if isinstance(raw_id, str) else self._message_id
+        events: list[Event] = []
+        for block in texts:
+            kind = block.get("type")
+            value = block.get("text") if kind == "text" else block.get("thinking")
+            if kind in ("text", "thinking") and isinstance(value, str):
+                events.extend(self._catch_up(msg_id, kind, value))
+        return events
+
+    def _catch_up(self, msg_id: str, kind: str, value: str) -> list[Event]:
+        """Emit what this finished block has that no delta carried."""
+        key = (msg_id, kind)
+        shown = self._shown.get(key, "") + value
+        self._shown[key] = shown
+        streamed = self._streamed.get(key, "")
+        if len(shown) <= len(streamed) or not shown.startswith(streamed):
+            return []
+        return self._emit_for(key, shown[len(streamed) :])
+
+    def _emit_for(self, key: tuple[str, str], text: str) -> list[Event]:
+        self._streamed[key] = self._streamed.get(key, "") + text
+        self.content_seen = True
+        return [TextDelta(text) if key[1] == "text" else ReasoningDelta(text)]
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0

@@ -1,0 +1,264 @@
+"""One running CLI child (see `olp.providers._subprocess` for the runner that makes it).
+
+Reads stdout incrementally under OLP's own first-byte / idle / total deadlines with
+bounded lines, drains stderr into a small tail, and on `terminate()` ends the child's
+whole process group: SIGTERM, then SIGKILL after the runner's grace, then reaps it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from contextlib import suppress
+from pathlib import Path
+from typing import Protocol
+
+from olp.config.model import ProviderConfig
+from olp.errors import Failure, ProviderError
+from olp.observability import event_logger
+
+__all__ = ["STDERR_TAIL_BYTES", "CliProcess", "ProcessOwner"]
+
+log = event_logger("olp.providers.cli")
+
+STDERR_TAIL_BYTES = 8 * 1024
+_CHUNK = 64 * 1024
+# How often `wait()` re-checks the exit status when a grandchild still holds the pipes
+# open (asyncio only reports the exit once every pipe has closed).
+_EXIT_POLL_S = 0.05
+
+
+class ProcessOwner(Protocol):
+    """What a process needs of the runner that started it (a `CliRunner`)."""
+
+    provider: str
+    command: str
+    config: ProviderConfig
+    max_line_bytes: int
+    kill_grace_s: float
+
+
+class CliProcess:
+    """One running child. Read `lines()` to EOF, then `wait()` for its exit status."""
+
+    def __init__(
+        self,
+        runner: ProcessOwner,
+        proc: asyncio.subprocess.Process,
+        home: Path,
+        stdin: bytes,
+        started: float,
+        *,
+        keep_stdin_open: bool = False,
+        work: Path | None = None,
+    ) -> None:
+        self.home = home
+        # The child's private working directory (where relative output paths land).
+        self.work = work if work is not None else home
+        self.pid = proc.pid
+        self._runner = runner
+        self._name = Path(runner.command).name
+        self._proc = proc
+        timeouts = runner.config.timeouts
+        self._first_byte_s = timeouts.first_byte_ms / 1000
+        self._idle_s = timeouts.idle_ms / 1000
+        self._total_s = timeouts.total_ms / 1000
+        self._started = started
+        self._got_byte = False
+        self._stderr = bytearray()
+        self._terminated = False
+        self._keep_stdin_open = keep_stdin_open
+        self._tasks = (
+            asyncio.create_task(self._feed(stdin)),
+            asyncio.create_task(self._drain_stderr()),
+        )
+
+    # -- reading -----------------------------------------------------------------------
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Stdout lines as they come, without the newline; the last one may lack it."""
+        limit = self._runner.max_line_bytes
+        buf = bytearray()
+        scan = 0  # bytes of `buf` already searched for a newline
+        while True:
+            chunk = await self._read()
+            if not chunk:
+                break
+            buf += chunk
+            start = 0
+            while (nl := buf.find(b"\n", scan)) >= 0:
+                if nl - start > limit:
+                    raise self._too_long(limit)
+                yield bytes(buf[start:nl])
+                start = scan = nl + 1
+            if start:
+                del buf[:start]
+            scan = len(buf)
+            if len(buf) > limit:
+                raise self._too_long(limit)
+        if buf:
+            yield bytes(buf)
+
+    async def wait(self) -> int:
+        """Exit status once stdout is done (negative: killed by that signal)."""
+        deadline = min(self._started + self._total_s, time.monotonic() + self._idle_s)
+        status = await self._exit_status(deadline)
+        if status is None:
+            raise self._timeout("closed its output but did not exit", self._idle_s, "idle")
+        # Let the stderr reader take what the child wrote last (bounded: a grandchild
+        # may hold the pipe open).
+        with suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._tasks[1]), 0.2)
+        return status
+
+    def stderr_tail(self) -> str:
+        return bytes(self._stderr[-STDERR_TAIL_BYTES:]).decode("utf-8", "replace")
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode
+
+    async def _read(self) -> bytes:
+        """The next stdout chunk; b"" at EOF (or once the child exited and went quiet)."""
+        stdout = self._proc.stdout
+        assert stdout is not None
+        now = time.monotonic()
+        total_at = self._started + self._total_s
+        if self._got_byte:
+            at, kind, seconds = now + self._idle_s, "idle", self._idle_s
+        else:
+            at, kind, seconds = self._started + self._first_byte_s, "first-byte", self._first_byte_s
+        if total_at <= at:
+            at, kind, seconds = total_at, "total", self._total_s
+        while True:
+            left = at - time.monotonic()
+            if left <= 0:
+                raise self._timeout(_SILENCE[kind], seconds, kind)
+            try:
+                # Cancelling a pending read loses nothing: data is only taken on return.
+                chunk = await asyncio.wait_for(stdout.read(_CHUNK), min(left, _EXIT_POLL_S * 5))
+            except TimeoutError:
+                # The child exited but a grandchild still holds stdout open: what the
+                # child wrote has been read, so this is the end of its output.
+                if self._proc.returncode is not None:
+                    return b""
+                continue
+            if chunk:
+                self._got_byte = True
+            return chunk
+
+    def _timeout(self, what: str, seconds: float, kind: str) -> ProviderError:
+        return ProviderError(
+            Failure.TIMEOUT,
+            f"{self._name} {what} in {seconds:g}s ({kind} timeout)",
+            provider=self._runner.provider,
+        )
+
+    def _too_long(self, limit: int) -> ProviderError:
+        return ProviderError(
+            Failure.SPAWN_FAILED,
+            f"{self._name} printed a line over {limit} bytes; output abandoned",
+            provider=self._runner.provider,
+        )
+
+    async def _feed(self, data: bytes) -> None:
+        stdin = self._proc.stdin
+        assert stdin is not None
+        # A child that exits without reading its stdin is not our error: its output says.
+        with suppress(BrokenPipeError, ConnectionResetError):
+            if data:
+                stdin.write(data)
+                await stdin.drain()
+            if not self._keep_stdin_open:
+                stdin.close()
+
+    async def send(self, data: bytes) -> bool:
+        """Write more to a child spawned with `keep_stdin_open`, after the first `stdin`.
+
+        False if the child no longer reads its stdin (it exited or closed it): not an
+        error of its own, the child's output and exit status say what happened.
+        """
+        stdin = self._proc.stdin
+        assert stdin is not None
+        await asyncio.shield(self._tasks[0])
+        if stdin.is_closing():
+            return False
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            return False
+        return True
+
+    async def _drain_stderr(self) -> None:
+        stderr = self._proc.stderr
+        assert stderr is not None
+        while chunk := await stderr.read(4096):
+            self._stderr += chunk
+            if len(self._stderr) > 2 * STDERR_TAIL_BYTES:
+                del self._stderr[:-STDERR_TAIL_BYTES]
+
+    # -- ending ------------------------------------------------------------------------
+
+    async def _exit_status(self, deadline: float) -> int | None:
+        """The exit status, or None if the child is still running at `deadline`."""
+        waiter = asyncio.ensure_future(self._proc.wait())
+        try:
+            while self._proc.returncode is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                await asyncio.wait({waiter}, timeout=min(left, _EXIT_POLL_S))
+            return self._proc.returncode
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
+    async def terminate(self) -> None:
+        """SIGTERM the process group, SIGKILL it after the grace, reap. Idempotent."""
+        if self._terminated:
+            return
+        self._terminated = True
+        grace = self._runner.kill_grace_s
+        try:
+            if self._proc.returncode is None:
+                _killpg(self.pid, signal.SIGTERM)
+                await self._exit_status(time.monotonic() + grace)
+            else:
+                # The leader is gone, but a grandchild of its group may not be.
+                _killpg(self.pid, signal.SIGTERM)
+        finally:
+            # Synchronous, so a second cancellation cannot skip it.
+            _killpg(self.pid, signal.SIGKILL)
+            for task in self._tasks:
+                task.cancel()
+        if await self._exit_status(time.monotonic() + grace) is None:
+            log.warning("cli_unreaped", provider=self._runner.provider, pid=self.pid)
+        _close_transport(self._proc)
+        log.debug(
+            "cli_ended", provider=self._runner.provider, pid=self.pid, status=self._proc.returncode
+        )
+
+
+_SILENCE = {
+    "first-byte": "wrote nothing",
+    "idle": "went silent",
+    "total": "did not finish",
+}
+
+
+def _killpg(pgid: int, sig: signal.Signals) -> None:
+    # ESRCH: the group is gone already; EPERM: not ours any more. Both mean: nothing to do.
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close the pipes even if a process that left our group still holds them."""
+    transport = getattr(proc, "_transport", None)
+    close = getattr(transport, "close", None)
+    if close is not None:
+        close()

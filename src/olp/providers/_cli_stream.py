@@ -1,0 +1,135 @@
+"""Drive one CLI call: spawn through the runner, feed stdout lines to a translator, end.
+
+The translator (each provider's pure `translate.py`) decides what lines mean; this module
+only owns the order of things, so every CLI provider handles salvage, unparsable lines
+and early termination the same way:
+
+    async for event in stream_cli(runner, invocation, translator):
+        yield event
+
+- each stdout line goes to `translator.feed(line)`; its events are yielded at once (token
+  streaming) and it may raise `ProviderError` for an in-band error;
+- once `translator.done` (a terminal event was seen) reading stops: `end(None, stderr)`
+  gives the last events and the child is terminated — no waiting for it to exit;
+- at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
+  (`Finish("length")` after content, DESIGN §5 rule 4) or an error.
+
+Also `cli_version()` and `credential_check()` for `health()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Protocol
+
+from olp.errors import Failure, ProviderError
+from olp.ir import Event, Finish, Usage
+from olp.observability import event_logger
+from olp.providers._subprocess import CliInvocation, CliRunner
+
+__all__ = [
+    "LineTranslator",
+    "cli_version",
+    "credential_check",
+    "exit_failure",
+    "salvage",
+    "stream_cli",
+]
+
+log = event_logger("olp.providers.cli")
+
+
+class LineTranslator(Protocol):
+    @property
+    def done(self) -> bool:
+        """A terminal event was seen: the answer is complete (or failed)."""
+        ...
+
+    def feed(self, line: bytes) -> list[Event]:
+        """Events for one stdout line (unparsable lines give none). May raise."""
+        ...
+
+    def end(self, status: int | None, stderr: str) -> list[Event]:
+        """The closing events. `status`: the exit status, None if `done` ended the read."""
+        ...
+
+
+async def stream_cli(
+    runner: CliRunner, invocation: CliInvocation, translator: LineTranslator
+) -> AsyncIterator[Event]:
+    async with runner.spawn(invocation) as proc:
+        async for line in proc.lines():
+            for event in translator.feed(line):
+                yield event
+            if translator.done:
+                break
+        status = None if translator.done else await proc.wait()
+        for event in translator.end(status, proc.stderr_tail()):
+            yield event
+
+
+def salvage(usage: Usage | None) -> list[Event]:
+    """Content came, then the CLI died without its terminal event: a truncated success."""
+    return [usage, Finish("length")] if usage is not None else [Finish("length")]
+
+
+def exit_failure(
+    provider: str, command: str, status: int | None, stderr: str, detail: str = ""
+) -> ProviderError:
+    """A CLI that ended without an answer: SPAWN_FAILED with what it said on stderr.
+
+    Exit 126/127 from the shebang's interpreter (e.g. `env: 'node': No such file`) means
+    the CLI cannot run here at all: CLI_NOT_FOUND.
+    """
+    tail = " ".join(stderr.split())[-600:]
+    if status is None:
+        what = "stopped"
+    elif status < 0:
+        what = f"was killed by signal {-status}"
+    else:
+        what = f"exited with status {status}"
+    message = f"{command} {what}" + (f" {detail}" if detail else "")
+    message += f"; stderr: {tail}" if tail else "; no stderr"
+    missing = status in (126, 127) and ("No such file" in stderr or "not found" in stderr)
+    failure = Failure.CLI_NOT_FOUND if missing else Failure.SPAWN_FAILED
+    return ProviderError(failure, message, provider=provider)
+
+
+async def cli_version(
+    runner: CliRunner, args: Sequence[str] = ("--version",), timeout_s: float = 10.0
+) -> str:
+    """The CLI's version line, or raise ProviderError (not found, failed, timed out)."""
+    try:
+        async with asyncio.timeout(timeout_s), runner.spawn(CliInvocation(tuple(args))) as proc:
+            lines = [line async for line in proc.lines()]
+            status = await proc.wait()
+            stderr = proc.stderr_tail()
+    except TimeoutError as exc:
+        raise ProviderError(
+            Failure.TIMEOUT,
+            f"{runner.command} {' '.join(args)} did not answer in {timeout_s:g}s",
+            provider=runner.provider,
+        ) from exc
+    text = next((ln.decode("utf-8", "replace").strip() for ln in lines if ln.strip()), "")
+    if status != 0 or not text:
+        raise exit_failure(runner.provider, runner.command, status, stderr)
+    return text
+
+
+def credential_check(
+    user_home: Path | None,
+    files: Sequence[str],
+    env: Mapping[str, str],
+    env_names: Sequence[str],
+) -> str | None:
+    """Where the credentials a CLI will use come from, or None if there are none."""
+    for name in env_names:
+        if env.get(name):
+            return f"{name} set in the provider's env"
+    if user_home is not None:
+        for rel in files:
+            if (user_home / rel).is_file():
+                return f"~/{rel} present"
+    return None

@@ -1,0 +1,240 @@
+"""`claude-cli` translation (pure): request → invocation, stdout lines → IR events,
+failures → the taxonomy. The formats are in cli-formats.md §1."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from olp.config.model import Timeouts
+from olp.errors import Failure, ProviderError
+from olp.ir import ChatRequest, Event, Finish
+from olp.observability import event_logger
+from olp.providers._claude_stream import (
+    ClaudeStreamParser,
+    RateLimitInfo,
+    finish_reason,
+    usage_from,
+)
+from olp.providers._cli_stream import exit_failure, salvage
+from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
+from olp.providers._reset_time import parse_reset
+from olp.providers._subprocess import CliInvocation
+
+__all__ = [
+    "CREDENTIALS",
+    "CREDENTIAL_ENV",
+    "DEFAULT_COMMAND",
+    "DEFAULT_SYSTEM_PROMPT",
+    "DROPS",
+    "INSTALL_HINT",
+    "ClaudeTranslator",
+    "build_invocation",
+    "classify",
+]
+
+log = event_logger("olp.providers.claude_cli")
+
+DEFAULT_COMMAND = "claude"
+INSTALL_HINT = "npm i -g @anthropic-ai/claude-code"
+# `claude` stores its login here (Linux; on macOS it is in the Keychain, see the docs).
+# Only this file is linked in: ~/.claude.json is rewritten on every start and concurrent
+# CLIs sharing it corrupt it.
+CREDENTIALS = ((".claude/.credentials.json", ".claude/.credentials.json"),)
+CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+DROPS = (*COMMON_CLI_DROPS, "images", "n > 1")
+# Passed on through the CLI's environment rather than dropped.
+HONOURED = frozenset({"max_tokens", "reasoning_effort"})
+# A single argv string is capped at 128 KiB on Linux: a longer system prompt goes on stdin.
+_MAX_SYSTEM_ARG = 100_000
+_THINKING_BUDGET = {"none": 0, "minimal": 0, "low": 4_000, "medium": 10_000, "high": 31_999}
+
+_FLAGS = (
+    "-p",
+    "--output-format", "stream-json",
+    "--verbose",
+    "--include-partial-messages",
+    "--tools", "",
+    "--strict-mcp-config",
+    "--setting-sources", "",
+    "--no-session-persistence",
+    "--disable-slash-commands",
+    "--max-turns", "1",
+)  # fmt: skip
+
+
+def build_invocation(request: ChatRequest, timeouts: Timeouts) -> CliInvocation:
+    prompt = serialise(request, honoured=HONOURED)
+    system = prompt.system or DEFAULT_SYSTEM_PROMPT
+    stdin = prompt.prompt
+    if len(system.encode()) > _MAX_SYSTEM_ARG:
+        stdin = f"<system>\n{system}\n</system>\n\n{stdin}"
+        system = DEFAULT_SYSTEM_PROMPT
+    args = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    return CliInvocation(
+        args=args,
+        stdin=stdin.encode(),
+        env=_env(request, timeouts),
+        credentials=CREDENTIALS,
+    )
+
+
+def _env(request: ChatRequest, timeouts: Timeouts) -> dict[str, str]:
+    effort = request.extra.get("reasoning_effort")
+    env = {
+        # OLP's fallback reacts; the CLI's own 10 retries would take ~3 minutes.
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        # The CLI's per-request cap; OLP's own idle/first-byte deadlines catch stalls.
+        "API_TIMEOUT_MS": str(timeouts.total_ms),
+        "MAX_THINKING_TOKENS": str(_THINKING_BUDGET.get(str(effort), 0)),
+    }
+    if request.max_tokens is not None:
+        env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
+    return env
+
+
+class ClaudeTranslator:
+    """stream-json lines → events; see `olp.providers._cli_stream.LineTranslator`."""
+
+    def __init__(
+        self,
+        provider: str,
+        now: Callable[[], float],
+        on_rate_limit: Callable[[RateLimitInfo], None] | None = None,
+        command: str = DEFAULT_COMMAND,
+    ) -> None:
+        self.provider = provider
+        self.command = command
+        self.parser = ClaudeStreamParser()
+        self.unparsable = 0
+        self._now = now
+        self._on_rate_limit = on_rate_limit
+
+    @property
+    def done(self) -> bool:
+        return self.parser.done
+
+    def feed(self, line: bytes) -> list[Event]:
+        doc = _decode(line)
+        if doc is None:
+            if line.strip():
+                self.unparsable += 1
+                log.debug("cli_unparsable_line", provider=self.provider, line=line[:200])
+            return []
+        before = self.parser.rate_limit
+        events = self.parser.feed(doc)
+        info = self.parser.rate_limit
+        if info is not None and info is not before and self._on_rate_limit is not None:
+            self._on_rate_limit(info)
+        return events
+
+    def end(self, status: int | None, stderr: str) -> list[Event]:
+        result = self.parser.result
+        if result is None:
+            return self._no_result(status, stderr)
+        if result.get("is_error") is True:
+            raise self._error(result)
+        usage = usage_from(result.get("usage"), result.get("total_cost_usd"))
+        return [usage, Finish(finish_reason(result.get("stop_reason") or self.parser.stop_reason))]
+
+    def _no_result(self, status: int | None, stderr: str) -> list[Event]:
+        if self.parser.content_seen:
+            return salvage(None)
+        if self.parser.error_kind is not None:
+            raise self._error({"result": self.parser.error_text})
+        detail = "without a result event"
+        if self.unparsable:
+            detail += f" ({self.unparsable} unparsable line(s) on stdout)"
+        raise exit_failure(self.provider, self.command, status, stderr, detail)
+
+    def _error(self, result: Mapping[str, Any]) -> ProviderError:
+        status = result.get("api_error_status")
+        return classify(
+            self.provider,
+            text=str(result.get("result") or self.parser.error_text or "unknown error"),
+            status=status if isinstance(status, int) else None,
+            kind=self.parser.error_kind,
+            rate_limit=self.parser.rate_limit,
+            now=self._now(),
+        )
+
+
+_USAGE_LIMIT = re.compile(
+    r"hit your (?:session |weekly |opus |sonnet |usage |org's monthly |monthly spend )?limit"
+    r"|usage limit reached|limit reached\s*[·∙]\s*resets|out of usage credits"
+    r"|limit will reset|(?:5-hour|weekly) limit reached",
+    re.IGNORECASE,
+)
+_AUTH = re.compile(
+    r"invalid api key|not logged in|please run /login|oauth token (?:has )?expired"
+    r"|authentication[_ ](?:error|failed)|invalid bearer token",
+    re.IGNORECASE,
+)
+_KINDS: dict[str, Failure] = {
+    "rate_limit": Failure.RATE_LIMITED,
+    "overloaded": Failure.OVERLOADED,
+    "authentication_failed": Failure.AUTH_FAILED,
+    "oauth_org_not_allowed": Failure.AUTH_FAILED,
+    "billing_error": Failure.QUOTA_EXHAUSTED,
+    "invalid_request": Failure.INVALID_REQUEST,
+    "model_not_found": Failure.INVALID_REQUEST,
+}
+
+
+def classify(
+    provider: str,
+    *,
+    text: str,
+    status: int | None,
+    kind: str | None,
+    rate_limit: RateLimitInfo | None,
+    now: float,
+) -> ProviderError:
+    """A Claude Code error (result text, api_error_status, assistant `error`) → taxonomy."""
+    message = f"claude: {text}"
+    rejected = rate_limit is not None and rate_limit.status == "rejected"
+    quota_signal = rejected and rate_limit is not None and rate_limit.kind is not None
+    if _USAGE_LIMIT.search(text) or quota_signal:
+        resets = rate_limit.resets_at if rate_limit is not None and rejected else None
+        return ProviderError(
+            Failure.QUOTA_EXHAUSTED,
+            message,
+            provider=provider,
+            upstream_status=status,
+            reset_at=resets or parse_reset(text, now),
+        )
+    failure = _failure(text, status, kind)
+    return ProviderError(failure, message, provider=provider, upstream_status=status)
+
+
+def _failure(text: str, status: int | None, kind: str | None) -> Failure:
+    if status == 429:
+        return Failure.RATE_LIMITED
+    if status in (529, 503) or "overloaded" in text.lower():
+        return Failure.OVERLOADED
+    if status in (401, 403) or _AUTH.search(text):
+        return Failure.AUTH_FAILED
+    if status in (400, 404, 413, 422):
+        return Failure.INVALID_REQUEST
+    if kind in _KINDS:
+        return _KINDS[kind]
+    if status is None and "unable to connect" in text.lower():
+        return Failure.TRANSPORT
+    if status is None and "timed out" in text.lower():
+        return Failure.TIMEOUT
+    return Failure.UPSTREAM_ERROR
+
+
+def _decode(line: bytes) -> dict[str, Any] | None:
+    try:
+        doc = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,217 @@
+"""`qwen-cli` translation (pure): request → invocation, stdout lines → IR events,
+failures → the taxonomy. Qwen Code's stream-json is Claude Code's (cli-formats.md §5),
+with one trap: an API failure is reported as a *successful* answer whose text is
+`[API Error: 401 …]`, exit status 0. So the start of every answer is held back until it
+cannot be such a text, and those answers become errors, never content."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+import orjson
+
+from olp.errors import Failure, ProviderError
+from olp.ir import ChatRequest, Event, Finish, TextDelta
+from olp.observability import event_logger
+from olp.providers._claude_stream import ClaudeStreamParser, finish_reason, usage_from
+from olp.providers._cli_stream import exit_failure, salvage
+from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
+from olp.providers._reset_time import parse_reset
+from olp.providers._subprocess import CliInvocation
+
+__all__ = [
+    "API_ERROR",
+    "CREDENTIALS",
+    "CREDENTIAL_ENV",
+    "DEFAULT_COMMAND",
+    "DROPS",
+    "HONOURED",
+    "INSTALL_HINT",
+    "QwenTranslator",
+    "auth_type",
+    "build_invocation",
+    "classify",
+]
+
+log = event_logger("olp.providers.qwen_cli")
+
+DEFAULT_COMMAND = "qwen"
+INSTALL_HINT = "npm i -g @qwen-code/qwen-code"
+# Qwen OAuth login (`qwen` → /auth); API keys come through the provider's `env`.
+CREDENTIALS = ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
+CREDENTIAL_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
+DROPS = (*COMMON_CLI_DROPS, "reasoning_effort", "images", "n > 1")
+# Passed on through the CLI's environment rather than dropped.
+HONOURED = frozenset({"max_tokens"})
+API_ERROR = "[API Error:"
+_FLAGS = (
+    "--output-format", "stream-json",
+    "--include-partial-messages",
+    "--max-session-turns", "1",
+    # --bare: no auto-discovered context files, extensions or background requests.
+    "--bare",
+    "--exclude-tools", "read_file,edit,run_shell_command",
+    "--chat-recording", "false",
+)  # fmt: skip
+
+
+def auth_type(env: Mapping[str, str]) -> str:
+    """Which of Qwen Code's back ends the owner's `env` sets up (else their Qwen login)."""
+    if env.get("OPENAI_API_KEY") or env.get("OPENAI_BASE_URL"):
+        return "openai"
+    if env.get("ANTHROPIC_API_KEY"):
+        return "anthropic"
+    if env.get("GEMINI_API_KEY"):
+        return "gemini"
+    return "qwen-oauth"
+
+
+def build_invocation(request: ChatRequest, env: Mapping[str, str]) -> CliInvocation:
+    """The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin
+    as the prompt (a positional one would be visible in the process list).
+
+    `--bare` makes it ignore every settings file (so nothing is written to the private
+    HOME), skip context files, extensions, hooks and its background memory request, and
+    send no tool definitions: one request per answer.
+    """
+    prompt = serialise(request, honoured=HONOURED)
+    args = [*_FLAGS, "--auth-type", auth_type(env), "-m", request.model]
+    args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
+    child_env = {}
+    if request.max_tokens is not None:
+        child_env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
+    return CliInvocation(
+        args=tuple(args),
+        stdin=prompt.prompt.encode(),
+        env=child_env,
+        credentials=CREDENTIALS,
+    )
+
+
+class QwenTranslator:
+    """stream-json lines → events; see `olp.providers._cli_stream.LineTranslator`."""
+
+    def __init__(
+        self, provider: str, now: Callable[[], float], command: str = DEFAULT_COMMAND
+    ) -> None:
+        self.provider = provider
+        self.command = command
+        self.parser = ClaudeStreamParser()
+        self.unparsable = 0
+        self._now = now
+        self._held = ""  # the answer's start, until it cannot be "[API Error: …"
+        self._decided = False
+        self._error_text: str | None = None
+        self._released = False
+
+    @property
+    def done(self) -> bool:
+        return self.parser.done
+
+    def feed(self, line: bytes) -> list[Event]:
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            doc = None
+        if not isinstance(doc, dict):
+            if line.strip():
+                self.unparsable += 1
+                log.debug("cli_unparsable_line", provider=self.provider, line=line[:200])
+            return []
+        return self._guard(self.parser.feed(doc))
+
+    def _guard(self, events: list[Event]) -> list[Event]:
+        out: list[Event] = []
+        for event in events:
+            if not isinstance(event, TextDelta):
+                out.append(event)
+            elif self._error_text is not None:
+                self._error_text += event.text
+            elif self._decided:
+                out.append(event)
+            else:
+                self._held += event.text
+                if len(self._held) < len(API_ERROR) and API_ERROR.startswith(self._held):
+                    continue
+                self._decided = True
+                if self._held.startswith(API_ERROR):
+                    self._error_text = self._held
+                else:
+                    out.append(TextDelta(self._held))
+        self._released = self._released or any(isinstance(e, TextDelta) for e in out)
+        return out
+
+    def end(self, status: int | None, stderr: str) -> list[Event]:
+        result = self.parser.result
+        text = result.get("result") if result is not None else None
+        if isinstance(text, str) and text.lstrip().startswith(API_ERROR):
+            raise classify(self.provider, text.strip(), self._now())
+        if self._error_text is not None:
+            raise classify(self.provider, self._error_text.strip(), self._now())
+        held: list[Event] = [TextDelta(self._held)] if self._held and not self._decided else []
+        if result is None:
+            return self._no_result(held, status, stderr)
+        if result.get("is_error") is True:
+            raise classify(self.provider, str(text or "unknown error"), self._now())
+        usage = usage_from(result.get("usage"), None, cache_in_input=True)
+        return [*held, usage, Finish(finish_reason(self.parser.stop_reason))]
+
+    def _no_result(self, held: list[Event], status: int | None, stderr: str) -> list[Event]:
+        if self._released or held:
+            return [*held, *salvage(None)]
+        detail = "without a result event"
+        if self.unparsable:
+            detail += f" ({self.unparsable} unparsable line(s) on stdout)"
+        raise exit_failure(self.provider, self.command, status, stderr, detail)
+
+
+_STATUS = re.compile(r"^\[API Error:\s*(\d{3})\b")
+_QUOTA = re.compile(
+    r"quota exceeded|insufficient_quota|exceeded your current quota|usage limit"
+    r"|free tier|allocated quota",
+    re.IGNORECASE,
+)
+_BY_STATUS: dict[int, Failure] = {
+    401: Failure.AUTH_FAILED,
+    403: Failure.AUTH_FAILED,
+    429: Failure.RATE_LIMITED,
+    503: Failure.OVERLOADED,
+    529: Failure.OVERLOADED,
+    400: Failure.INVALID_REQUEST,
+    404: Failure.INVALID_REQUEST,
+    413: Failure.INVALID_REQUEST,
+    422: Failure.INVALID_REQUEST,
+}
+
+
+def classify(provider: str, text: str, now: float) -> ProviderError:
+    """`[API Error: <status> <message>]` (or another failure text) → taxonomy."""
+    match = _STATUS.match(text)
+    status = int(match.group(1)) if match else None
+    message = f"qwen: {text}"
+    if _QUOTA.search(text):
+        return ProviderError(
+            Failure.QUOTA_EXHAUSTED,
+            message,
+            provider=provider,
+            upstream_status=status,
+            reset_at=parse_reset(text, now),
+        )
+    failure = _failure(text, status)
+    return ProviderError(failure, message, provider=provider, upstream_status=status)
+
+
+def _failure(text: str, status: int | None) -> Failure:
+    if status is not None:
+        if status in _BY_STATUS:
+            return _BY_STATUS[status]
+        return Failure.UPSTREAM_ERROR
+    lowered = text.lower()
+    if "connection error" in lowered or "fetch failed" in lowered or "econnrefused" in lowered:
+        return Failure.TRANSPORT
+    if "timed out" in lowered or "timeout" in lowered:
+        return Failure.TIMEOUT
+    if "api key" in lowered or "unauthorized" in lowered or "not authenticated" in lowered:
+        return Failure.AUTH_FAILED
+    return Failure.UPSTREAM_ERROR

@@ -1,0 +1,132 @@
+"""The `vibe-cli` provider: thin I/O around `translate`/`events` and the shared runner."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from olp.config.model import ProviderConfig
+from olp.errors import ProviderError
+from olp.ir import ChatRequest, Event
+from olp.providers._cli_stream import cli_version, credential_check
+from olp.providers._prompt import COMMON_CLI_DROPS, serialise
+from olp.providers._subprocess import CliInvocation, CliRunner
+from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.vibe_cli import translate
+from olp.providers.vibe_cli.events import VibeStream
+
+__all__ = ["DROPS", "VibeCliProvider"]
+
+DROPS = (
+    *COMMON_CLI_DROPS,
+    "max_tokens",
+    "images",
+    "system prompt replacement (sent as the first part of the prompt)",
+)
+_EXPORT_CAP = 1024 * 1024
+
+
+class VibeCliProvider:
+    """Le Chat Pro / a Mistral key through Mistral's `vibe` CLI."""
+
+    def __init__(self, config: ProviderConfig) -> None:
+        self.name = config.name
+        self._config = config
+        timeouts = config.timeouts
+        # Vibe prints each message only once it is complete: silence on stdout is the
+        # model writing, not a stall. OLP's idle deadline therefore spans the whole hop;
+        # Vibe's own `api_stream_idle_timeout` watches the upstream stream instead.
+        runner_config = replace(config, timeouts=replace(timeouts, idle_ms=timeouts.total_ms))
+        self._runner = CliRunner(
+            config.name,
+            runner_config,
+            default_command=translate.DEFAULT_COMMAND,
+            install_hint=translate.INSTALL_HINT,
+        )
+        self._upstream = translate.upstream_from_env(config.env)
+        self.capabilities = Capabilities(
+            streaming="message",
+            tools=False,
+            vision=False,
+            json_mode=True,
+            sampling=False,
+            max_concurrent=self._runner.max_concurrent,
+            cacheable=config.cacheable,
+            drops=DROPS,
+        )
+
+    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        cli = serialise(request)
+        translator = VibeStream(self.name)
+        async with self._runner.spawn(self._invocation(request, cli.system, cli.prompt)) as proc:
+            async for line in proc.lines():
+                for event in translator.feed(line):
+                    yield event
+            status = await proc.wait()
+            export = await asyncio.to_thread(_read_export, proc.work / translate.EXPORT_FILE)
+            for event in translator.end(status, proc.stderr_tail(), export):
+                yield event
+
+    def _invocation(self, request: ChatRequest, system: str, prompt: str) -> CliInvocation:
+        timeouts = self._config.timeouts
+        config = translate.config_toml(
+            request.model,
+            self._upstream,
+            request_timeout_s=max(timeouts.first_byte_ms, timeouts.idle_ms) / 1000,
+            idle_s=timeouts.idle_ms / 1000,
+        )
+        return CliInvocation(
+            args=translate.argv(),
+            stdin=translate.prompt_text(system, prompt).encode(),
+            env={"NO_COLOR": "1"},
+            home_files={translate.CONFIG_FILE: config.encode()},
+            credentials=((translate.CREDENTIALS_FILE, translate.CREDENTIALS_FILE),),
+        )
+
+    async def health(self) -> ProviderHealth:
+        """Binary, version, credentials — without calling a model."""
+        command = self._runner.resolve_command()
+        if command is None:
+            return ProviderHealth(
+                ok=False,
+                checks=(f"binary: {self._runner.command} not found",),
+                fix=f"{translate.INSTALL_HINT} (or set providers.{self.name}.command)",
+            )
+        checks = [f"binary: {command}"]
+        try:
+            checks.append(f"version: {await cli_version(self._runner)}")
+        except ProviderError as exc:
+            checks.append(f"version: {exc.message}")
+            return ProviderHealth(ok=False, checks=tuple(checks), fix=translate.INSTALL_HINT)
+        checks.append(f"upstream: {self._upstream.api_base} (backend {self._upstream.backend})")
+        found = credential_check(
+            self._config.user_home,
+            (translate.CREDENTIALS_FILE,),
+            self._config.env,
+            ("MISTRAL_API_KEY",),
+        )
+        checks.append(f"credentials: {found or 'none (no MISTRAL_API_KEY, no ~/.vibe/.env)'}")
+        fix = None if found else f"{self._runner.command} --setup"
+        return ProviderHealth(ok=found is not None, checks=tuple(checks), fix=fix)
+
+    def quota(self) -> QuotaSnapshot | None:
+        return None  # Vibe exposes nothing beyond the upstream's 429s
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()
+
+
+def _read_export(path: Path) -> Mapping[str, Any] | None:
+    """Vibe's `--output-dir` export.json (usage, cost, error code), if it wrote one."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(_EXPORT_CAP)
+        doc = orjson.loads(data)
+    except (OSError, orjson.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None

@@ -1,0 +1,545 @@
+// OLP dashboard: plain JavaScript, no build step, no library, no request outside this origin.
+// Data comes from GET /v0/management/dashboard (owner key) every 5 s while the tab is visible.
+// Everything from the server is inserted with textContent / SVG attributes, never as HTML.
+"use strict";
+
+(() => {
+  const POLL_MS = 5000;
+  const STORE_KEY = "olp.dashboard.key";
+  const SVG_NS = "http://www.w3.org/2000/svg";
+  const PALETTE = ["#4f7cff", "#20b486", "#f0a020", "#e0506a", "#9b6bff", "#1fb5c9",
+    "#c77d3a", "#7a8ca8", "#d35fb7", "#6bbf3b"];
+
+  const ui = {
+    trafficRange: "1h",
+    spendBy: "key",
+    spendMetric: "api_cost_usd",
+    data: null,
+    skew: 0, // server clock minus browser clock, in seconds
+    timer: null,
+    key: null,
+  };
+
+  const $ = (id) => document.getElementById(id);
+  // Where a quota figure comes from (GET /v0/management/quota `source`).
+  const SOURCES = { signal: "reported", counter: "counted", "counter/capacity": "est.", none: "no data" };
+
+  // -- small DOM helpers --------------------------------------------------------------
+
+  function el(tag, props, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(props || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = value;
+      else if (name.startsWith("data-")) node.setAttribute(name, value);
+      else node.setAttribute(name, value);
+    }
+    for (const child of children) {
+      if (child === null || child === undefined) continue;
+      node.append(child instanceof Node ? child : String(child));
+    }
+    return node;
+  }
+
+  function svg(tag, attrs, ...children) {
+    const node = document.createElementNS(SVG_NS, tag);
+    for (const [name, value] of Object.entries(attrs || {})) node.setAttribute(name, value);
+    for (const child of children) if (child) node.append(child);
+    return node;
+  }
+
+  function svgTitle(text) {
+    const t = document.createElementNS(SVG_NS, "title");
+    t.textContent = text;
+    return t;
+  }
+
+  // -- formatting -----------------------------------------------------------------------
+
+  const nf = new Intl.NumberFormat(undefined);
+  const num = (n) => (n === null || n === undefined ? "–" : nf.format(n));
+  function usd(n) {
+    if (n === null || n === undefined) return "–";
+    if (n === 0) return "$0";
+    if (Math.abs(n) < 0.01) return "$" + n.toFixed(4);
+    return "$" + n.toFixed(2);
+  }
+  const pct = (x) => (x === null || x === undefined ? "–" : (x * 100).toFixed(x < 0.1 ? 1 : 0) + "%");
+  function ms(n) {
+    if (n === null || n === undefined) return "–";
+    return n >= 1000 ? (n / 1000).toFixed(n >= 10000 ? 0 : 1) + " s" : Math.round(n) + " ms";
+  }
+  function bytes(n) {
+    if (!n) return "0 B";
+    const units = ["B", "KB", "MB", "GB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+    return (i ? n.toFixed(1) : n) + " " + units[i];
+  }
+  function duration(s) {
+    s = Math.max(0, Math.floor(s));
+    const d = Math.floor(s / 86400), h = Math.floor((s % 86400) / 3600);
+    const m = Math.floor((s % 3600) / 60), sec = s % 60;
+    if (d) return `${d}d ${h}h ${m}m`;
+    if (h) return `${h}h ${m}m ${sec}s`;
+    if (m) return `${m}m ${sec}s`;
+    return `${sec}s`;
+  }
+  function clock(ts) {
+    return new Date(ts * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" });
+  }
+  function hhmm(ts) {
+    return new Date(ts * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+  }
+  function ago(ts) {
+    if (!ts) return "never";
+    const s = serverNow() - ts;
+    return s < 5 ? "just now" : duration(s) + " ago";
+  }
+  const serverNow = () => Date.now() / 1000 + ui.skew;
+
+  // -- key handling ---------------------------------------------------------------------
+
+  function loadKey() {
+    // /dashboard#key=olp_... : a fragment never reaches a server or a log. Take it, then
+    // remove it from the address bar and history.
+    const match = /(?:^#|&)key=([^&]+)/.exec(location.hash);
+    if (match) {
+      sessionStorage.setItem(STORE_KEY, decodeURIComponent(match[1]));
+      history.replaceState(null, "", location.pathname + location.search);
+    }
+    return sessionStorage.getItem(STORE_KEY) || localStorage.getItem(STORE_KEY);
+  }
+
+  function forgetKey() {
+    sessionStorage.removeItem(STORE_KEY);
+    localStorage.removeItem(STORE_KEY);
+    ui.key = null;
+  }
+
+  function showLogin(message) {
+    stopPolling();
+    $("main").hidden = true;
+    $("login").hidden = false;
+    $("sign-out").hidden = true;
+    setLive("off", "not signed in");
+    if (message) banner(message, "error");
+    $("key-input").focus();
+  }
+
+  function banner(message, kind) {
+    const b = $("banner");
+    b.textContent = message || "";
+    b.className = "banner " + (kind || "");
+    b.hidden = !message;
+  }
+
+  function setLive(kind, text) {
+    $("live-dot").className = "dot " + kind;
+    $("live-text").textContent = text;
+  }
+
+  // -- polling --------------------------------------------------------------------------
+
+  async function poll() {
+    if (!ui.key) return showLogin();
+    let resp;
+    try {
+      resp = await fetch("/v0/management/dashboard", {
+        headers: { Authorization: "Bearer " + ui.key },
+        cache: "no-store",
+      });
+    } catch (err) {
+      setLive("stale", "OLP unreachable, retrying");
+      return schedule();
+    }
+    if (resp.status === 401 || resp.status === 403) {
+      const body = await resp.json().catch(() => ({}));
+      const msg = (body.error && body.error.message) || `HTTP ${resp.status}`;
+      const code = body.error && body.error.code;
+      forgetKey();
+      return showLogin(`${resp.status} ${code || ""}: ${msg}`);
+    }
+    if (!resp.ok) {
+      setLive("stale", `HTTP ${resp.status}, retrying`);
+      return schedule();
+    }
+    const data = await resp.json();
+    ui.data = data;
+    ui.skew = data.generated_at - Date.now() / 1000;
+    banner("");
+    $("login").hidden = true;
+    $("main").hidden = false;
+    $("sign-out").hidden = false;
+    render(data);
+    setLive("on", "live · " + clock(data.generated_at));
+    schedule();
+  }
+
+  function schedule() {
+    stopPolling();
+    if (document.visibilityState !== "hidden") ui.timer = setTimeout(poll, POLL_MS);
+  }
+
+  function stopPolling() {
+    if (ui.timer) clearTimeout(ui.timer);
+    ui.timer = null;
+  }
+
+  // -- rendering ------------------------------------------------------------------------
+
+  function render(d) {
+    const s = d.status;
+    $("version").textContent = `v${s.version} · up ${s.uptime_human}`;
+    renderTiles(d);
+    renderProviders(d);
+    renderTraffic(d);
+    renderCache(d.cache);
+    renderFallbacks(s.recent_fallbacks);
+    renderSpend(d.spend);
+    renderKeys(d.keys);
+    renderErrors(s.recent_errors);
+    tick();
+  }
+
+  function renderTiles(d) {
+    const c = d.status.counters;
+    $("total-requests").textContent = num(c.total_requests);
+    $("total-sub").textContent = `${num(d.traffic.last_24h.requests)} in 24 h · ${num(d.traffic.requests_last_minute)}/min`;
+    $("active-requests").textContent = num(c.active_requests);
+    $("active-sub").textContent = `${num(c.active_streams)} streams · ${num(c.active_spawns)} CLI spawns`;
+    $("total-errors").textContent = num(c.errors);
+    $("errors-sub").textContent = c.total_requests ? pct(c.errors / c.total_requests) + " of requests" : "";
+    $("fallback-saves").textContent = num(c.fallback_saves);
+    $("fallback-sub").textContent = `${num(c.fallbacks)} requests with a failed hop`;
+    $("cache-rate").textContent = d.cache.enabled ? pct(d.cache.hit_rate) : "off";
+    $("cache-sub").textContent = `${num(c.cache_hits)} hits · ${usd(d.cache.saved_api_cost_usd)} saved`;
+    let billed = 0, api = 0;
+    for (const p of d.spend.by_provider) { billed += p.total_cost_usd; api += p.total_api_cost_usd; }
+    $("spend-total").textContent = usd(billed);
+    $("spend-sub").textContent = `${usd(api)} at API prices`;
+  }
+
+  function colorMap(names) {
+    const map = new Map();
+    [...names].sort().forEach((n, i) => map.set(n, PALETTE[i % PALETTE.length]));
+    return map;
+  }
+
+  function renderProviders(d) {
+    const quota = new Map(d.quota.map((q) => [q.provider, q]));
+    const box = $("providers");
+    box.replaceChildren();
+    if (!d.status.providers.length) box.append(el("p", { class: "muted", text: "No providers configured." }));
+    for (const p of d.status.providers) box.append(providerCard(p, quota.get(p.name)));
+  }
+
+  function providerCard(p, q) {
+    const card = el("article", { class: "card state-" + p.state, "data-provider": p.name });
+    card.append(el("header", {},
+      el("div", {}, el("h3", { text: p.name }), el("span", { class: "muted", text: p.type })),
+      el("span", { class: "badge state", "data-state": p.state, text: p.state.replace("_", " ") })));
+    const health = p.health;
+    const healthText = !p.enabled ? "disabled in config" : health === null ? "checking…"
+      : (health.ok ? "healthy" : "failing") + " · checked " + ago(health.checked_at);
+    const healthRow = el("p", { class: "health " + (health && !health.ok ? "bad" : ""), text: healthText });
+    if (health && health.checks.length) healthRow.title = health.checks.join("\n") + (health.fix ? "\nfix: " + health.fix : "");
+    card.append(healthRow);
+    for (const c of p.cooldowns) {
+      card.append(el("p", { class: "cooldown" },
+        el("span", { text: "cooling down" + (c.model ? ` (${c.model})` : "") + " · " }),
+        el("strong", { class: "countdown", "data-until": String(c.until), text: duration(c.until - serverNow()) }),
+        el("span", { class: "muted", text: " · " + c.reason })));
+    }
+    if (q) {
+      card.append(bar("5-hour window", q.five_hour_utilisation));
+      card.append(bar("credit pool", q.credit_pool_utilisation));
+    }
+    const spawns = p.active_spawns === null ? "–" : `${p.active_spawns}/${p.max_concurrent ?? "∞"}`;
+    card.append(el("dl", { class: "facts small" },
+      fact("p50 latency", ms(p.latency_p50_ms), "latency"),
+      fact("p50 TTFT", ms(p.ttft_p50_ms), "ttft"),
+      fact("requests", num(p.requests), "requests"),
+      fact("errors", num(p.errors), "errors"),
+      fact("today", q ? num(q.requests_today) : "–", "today"),
+      fact("spawns", spawns, "spawns")));
+    return card;
+  }
+
+  function bar(label, figure) {
+    const value = figure ? figure.value : null;
+    const row = el("div", { class: "bar-row" });
+    const text = value === null ? "–" : pct(value);
+    row.append(el("span", { class: "bar-label", text: label }));
+    const track = el("div", { class: "bar" });
+    const fill = el("div", { class: "fill" + (value >= 0.9 ? " hot" : value >= 0.7 ? " warm" : "") });
+    fill.style.width = value === null ? "0" : Math.min(100, value * 100).toFixed(1) + "%";
+    track.append(fill);
+    const source = figure ? figure.source : "none";
+    row.append(track, el("span", { class: "bar-value", text }),
+      el("span", { class: "source muted", text: SOURCES[source] || source, title: "where the figure comes from: " + source }));
+    return row;
+  }
+
+  function fact(label, value, cls) {
+    const wrap = el("div", { class: cls || "" });
+    wrap.append(el("dt", { text: label }), el("dd", { text: value }));
+    return wrap;
+  }
+
+  function renderTraffic(d) {
+    const series = ui.trafficRange === "1h" ? d.traffic.last_hour : d.traffic.last_24h;
+    const keys = Object.keys(series.by_provider);
+    const names = keys.map(providerName);
+    const colors = colorMap(names);
+    const labels = series.total.map((_, i) => series.start + i * series.step_s);
+    const unit = ui.trafficRange === "1h" ? "minute" : "hour";
+    $("traffic-summary").textContent =
+      `${num(series.requests)} requests, ${num(series.errors)} errors in the last ${ui.trafficRange === "1h" ? "hour" : "24 hours"} · per ${unit}`;
+    stackedBars($("traffic-chart"), labels, keys.map((k, i) => ({ name: names[i], values: series.by_provider[k], color: colors.get(names[i]) })),
+      { format: num, label: ui.trafficRange === "1h" ? hhmm : hourLabel, unit });
+    legend($("traffic-legend"), names, colors);
+    const chips = $("traffic-status");
+    chips.replaceChildren();
+    for (const [status, values] of Object.entries(series.by_status)) {
+      const total = values.reduce((a, b) => a + b, 0);
+      chips.append(el("span", { class: "chip " + (Number(status) >= 500 ? "bad" : Number(status) >= 400 ? "warn" : "ok"), "data-status": status },
+        el("b", { text: status }), " " + num(total)));
+    }
+  }
+
+  function hourLabel(ts) {
+    return hhmm(ts) + "–" + hhmm(ts + 3600);
+  }
+
+  // "none" (memory) and "(none)" (ledger): requests no provider answered.
+  const providerName = (n) => (n === "none" || n === "(none)" ? "no provider" : n);
+
+  function renderCache(c) {
+    const box = $("cache");
+    box.replaceChildren(
+      fact("state", c.enabled ? "on" : "off"),
+      fact("hit rate", pct(c.hit_rate)),
+      fact("hits / misses", `${num(c.hits)} / ${num(c.misses)}`),
+      fact("joined in flight", num(c.shared)),
+      fact("entries", `${num(c.entries)} (${bytes(c.bytes)})`),
+      fact("saved requests", num(c.saved_requests), "saved-requests"),
+      fact("saved at API prices", usd(c.saved_api_cost_usd) + (c.saved_unpriced_requests ? ` (+${c.saved_unpriced_requests} unpriced)` : "")));
+  }
+
+  function renderFallbacks(events) {
+    const box = $("fallbacks");
+    box.replaceChildren();
+    if (!events.length) return box.append(el("p", { class: "muted", text: "No fallback since start." }));
+    for (const { event: e, count, oldest } of groupEvents(events).slice(0, 20)) {
+      const item = el("div", { class: "event" });
+      const result = e.served_by ? `→ served by ${e.served_by}` : `→ failed (${e.status})`;
+      const when = count > 1 ? `${clock(oldest)} – ${clock(e.time)}` : clock(e.time);
+      item.append(el("div", { class: "event-head" },
+        el("strong", { text: e.chain }), el("span", { class: e.served_by ? "ok-text" : "bad-text", text: " " + result }),
+        count > 1 ? el("span", { class: "chip warn", text: "×" + count }) : null,
+        el("span", { class: "muted time", text: when })));
+      const hops = el("ol", { class: "hops" });
+      for (const h of e.hops) {
+        hops.append(el("li", {}, el("span", { class: "hop-name", text: `hop ${h.hop}: ${h.provider}/${h.model}` }),
+          el("code", { text: h.code }), el("span", { class: "muted", text: ` ${h.trigger} · ${h.message || ""}` })));
+      }
+      item.append(hops);
+      box.append(item);
+    }
+  }
+
+  // Consecutive events with the same chain, result and failed hops are shown once, counted.
+  function groupEvents(events) {
+    const groups = [];
+    const shape = (e) => JSON.stringify([e.chain, e.served_by, e.status, e.hops.map((h) => [h.provider, h.model, h.code, h.trigger])]);
+    for (const e of events) {
+      const last = groups[groups.length - 1];
+      if (last && last.shape === shape(e)) {
+        last.count += 1;
+        last.oldest = e.time;
+      } else {
+        groups.push({ event: e, count: 1, oldest: e.time, shape: shape(e) });
+      }
+    }
+    return groups;
+  }
+
+  function renderSpend(spend) {
+    const rows = ui.spendBy === "key" ? spend.by_key : spend.by_provider;
+    const metric = ui.spendMetric;
+    const name = (r) => (ui.spendBy === "key" ? r.key_name || r.key : providerName(r.provider));
+    const colors = colorMap(rows.map(name));
+    const labels = spend.days.map((_, i) => spend.start + i * 86400);
+    const format = metric === "requests" ? num : usd;
+    stackedBars($("spend-chart"), labels, rows.map((r) => ({ name: name(r), values: r[metric], color: colors.get(name(r)) })),
+      { format, label: (t) => new Date(t * 1000).toISOString().slice(5, 10), unit: "day",
+        empty: metric === "requests" ? "no requests yet" : "no cost recorded" });
+    const totals = new Map(rows.map((r) => [name(r), metric === "requests" ? num(r.total_requests) : usd(r["total_" + metric])]));
+    legend($("spend-legend"), rows.map(name), colors, totals);
+  }
+
+  function renderKeys(keys) {
+    const body = $("keys").tBodies[0];
+    body.replaceChildren();
+    for (const k of keys) {
+      const tr = el("tr", { "data-key-id": k.id });
+      tr.append(el("td", {}, el("strong", { text: k.name }), el("span", { class: "muted tier", text: " " + k.tier })));
+      for (const [limit, format] of [["rpm", num], ["rpd", num], ["tpd", num], ["usd_month", usd]]) {
+        tr.append(limitCell(limit, k.usage[limit], k.limits[limit], k.utilisation[limit], format));
+      }
+      tr.append(el("td", { class: "muted", text: ago(k.last_used) }));
+      body.append(tr);
+    }
+  }
+
+  function limitCell(name, used, limit, share, format) {
+    const td = el("td", { class: "limit " + name, "data-used": String(used) });
+    td.append(el("span", { class: "used", text: format(used) }),
+      el("span", { class: "muted", text: limit === null ? " · no limit" : " / " + format(limit) }));
+    if (share !== null) {
+      const track = el("div", { class: "bar thin" });
+      const fill = el("div", { class: "fill" + (share >= 0.9 ? " hot" : share >= 0.7 ? " warm" : "") });
+      fill.style.width = Math.min(100, share * 100).toFixed(1) + "%";
+      track.append(fill);
+      td.append(track);
+    }
+    return td;
+  }
+
+  function renderErrors(errors) {
+    $("errors-count").textContent = errors.length ? `(${errors.length})` : "";
+    const body = $("errors").tBodies[0];
+    body.replaceChildren();
+    if (!errors.length) {
+      body.append(el("tr", {}, el("td", { colspan: "6", class: "muted", text: "No errors since start." })));
+      return;
+    }
+    for (const e of errors) {
+      body.append(el("tr", { "data-request-id": e.request_id },
+        el("td", { class: "nowrap", text: clock(e.time) }),
+        el("td", {}, el("span", { class: "chip " + (e.status >= 500 ? "bad" : "warn"), text: String(e.status) })),
+        el("td", {}, el("code", { text: e.code || "" })),
+        el("td", { text: e.provider || "–" }),
+        el("td", { text: e.model || "" }),
+        el("td", { class: "message", text: e.message || "" })));
+    }
+  }
+
+  // -- charts (inline SVG) --------------------------------------------------------------
+
+  function stackedBars(container, labels, series, opts) {
+    // The drawing is as wide as its box, so labels keep their size on a phone.
+    const W = Math.max(300, Math.min(1200, container.clientWidth || 720));
+    const H = W < 500 ? 150 : 180, left = 44, bottom = 20, top = 8;
+    const n = labels.length;
+    const totals = labels.map((_, i) => series.reduce((a, s) => a + (s.values[i] || 0), 0));
+    const max = niceMax(Math.max(0, ...totals));
+    const plotW = W - left - 4, plotH = H - top - bottom;
+    const slot = plotW / Math.max(1, n), barW = Math.max(1, slot * 0.78);
+    const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, role: "img", class: "bars" });
+    for (const f of [0, 0.5, 1]) {
+      const y = top + plotH * (1 - f);
+      root.append(svg("line", { x1: left, x2: W - 4, y1: y, y2: y, class: "grid" }));
+      const t = svg("text", { x: left - 6, y: y + 4, class: "axis", "text-anchor": "end" });
+      t.textContent = max ? opts.format(max * f) : f ? "" : "0";
+      root.append(t);
+    }
+    for (let i = 0; i < n; i++) {
+      let y = top + plotH;
+      const x = left + i * slot + (slot - barW) / 2;
+      for (const s of series) {
+        const v = s.values[i] || 0;
+        if (!v || !max) continue;
+        const h = (v / max) * plotH;
+        y -= h;
+        root.append(svg("rect", { x: x.toFixed(2), y: y.toFixed(2), width: barW.toFixed(2), height: Math.max(0.5, h).toFixed(2), fill: s.color, rx: 1 },
+          svgTitle(`${s.name}: ${opts.format(v)} (${opts.label(labels[i])})`)));
+      }
+      if (i === 0 || i === n - 1 || i === Math.floor(n / 2)) {
+        const t = svg("text", { x: (x + barW / 2).toFixed(2), y: H - 4, class: "axis",
+          "text-anchor": i === 0 ? "start" : i === n - 1 ? "end" : "middle" });
+        t.textContent = opts.label(labels[i]);
+        root.append(t);
+      }
+    }
+    if (!max) {
+      const t = svg("text", { x: left + plotW / 2, y: top + plotH / 2, class: "empty", "text-anchor": "middle" });
+      t.textContent = opts.empty || "nothing yet";
+      root.append(t);
+    }
+    container.replaceChildren(root);
+  }
+
+  function niceMax(v) {
+    if (v <= 0) return 0;
+    const p = Math.pow(10, Math.floor(Math.log10(v)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (v <= m * p) return m * p;
+    return 10 * p;
+  }
+
+  function legend(box, names, colors, values) {
+    box.replaceChildren();
+    for (const n of names) {
+      const sw = el("i", { class: "swatch" });
+      sw.style.background = colors.get(n);
+      box.append(el("span", { class: "legend-item" }, sw, n, values ? el("b", { text: " " + values.get(n) }) : null));
+    }
+  }
+
+  // -- live countdowns ------------------------------------------------------------------
+
+  function tick() {
+    for (const node of document.querySelectorAll(".countdown[data-until]")) {
+      const left = Number(node.dataset.until) - serverNow();
+      node.textContent = left > 0 ? duration(left) : "ending…";
+    }
+  }
+
+  // -- wiring ---------------------------------------------------------------------------
+
+  function toggle(attr, key) {
+    for (const b of document.querySelectorAll(`[${attr}]`)) {
+      b.addEventListener("click", () => {
+        ui[key] = b.getAttribute(attr);
+        for (const other of document.querySelectorAll(`[${attr}]`)) other.classList.toggle("on", other === b);
+        if (ui.data) render(ui.data);
+      });
+    }
+  }
+
+  function start() {
+    toggle("data-traffic", "trafficRange");
+    toggle("data-spend-by", "spendBy");
+    toggle("data-spend-metric", "spendMetric");
+    $("refresh").addEventListener("click", () => poll());
+    $("sign-out").addEventListener("click", () => { forgetKey(); showLogin(); });
+    $("login-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const key = $("key-input").value.trim();
+      if (!key) return;
+      sessionStorage.setItem(STORE_KEY, key);
+      if ($("remember").checked) localStorage.setItem(STORE_KEY, key);
+      $("key-input").value = "";
+      ui.key = key;
+      banner("");
+      poll();
+    });
+    document.addEventListener("visibilitychange", () => {
+      if (document.visibilityState === "hidden") stopPolling();
+      else if (ui.key) poll();
+    });
+    setInterval(tick, 1000);
+    let resizing = null;
+    window.addEventListener("resize", () => {
+      clearTimeout(resizing);
+      resizing = setTimeout(() => ui.data && render(ui.data), 150);
+    });
+    ui.key = loadKey();
+    if (ui.key) poll();
+    else showLogin();
+  }
+
+  start();
+})();

@@ -1,0 +1,89 @@
+"""What happens after a request: the ledger row, the key's usage, the attempt rows.
+
+Each observer is O(1): the ledger only queues (its writer thread does the I/O), the limit
+keeper only adds to counters.
+"""
+
+from __future__ import annotations
+
+from olp.accounts.ledger import Ledger
+from olp.accounts.ledger_rows import AttemptRecord, RequestRecord
+from olp.accounts.limits import LimitKeeper
+from olp.accounts.pricing import NO_COST, Cost, Pricing
+from olp.config import Config
+from olp.engine import Attempt, AttemptListener
+from olp.server.outcome import OutcomeObserver, RequestOutcome
+
+__all__ = ["ledger_attempts", "ledger_requests", "limit_usage"]
+
+
+def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
+    """Cost goes to the provider that answered (ADR-0014); a replay or shared call is free."""
+    if outcome.provider == "none" or outcome.cache == "hit" or outcome.shared:
+        return NO_COST
+    pconf = config.providers.get(outcome.provider)
+    ptype = pconf.type if pconf is not None else ""
+    return pricing.price_request(outcome.provider, ptype, outcome.model, outcome.usage)
+
+
+def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> OutcomeObserver:
+    def observe(outcome: RequestOutcome) -> None:
+        identity = outcome.identity
+        answered = outcome.provider != "none" and outcome.error_code is None
+        ledger.record_request(
+            RequestRecord(
+                request_id=outcome.request_id,
+                key_id=identity.key_id if identity else "unauthenticated",
+                key_name=identity.name if identity else "unauthenticated",
+                requested_model=outcome.requested_model,
+                provider=outcome.provider if answered else None,
+                model=outcome.model if answered else None,
+                status=outcome.status,
+                hops=outcome.hops,
+                cache="hit" if outcome.shared else outcome.cache,
+                error_code=outcome.error_code,
+                usage=outcome.usage,
+                cost=request_cost(outcome, pricing, config) if answered else NO_COST,
+                latency_ms=outcome.latency_ms,
+                ttft_ms=outcome.ttft_ms,
+                stream=outcome.stream,
+                ts=outcome.started_at,
+            )
+        )
+
+    return observe
+
+
+def ledger_attempts(ledger: Ledger) -> AttemptListener:
+    def listen(attempt: Attempt) -> None:
+        ledger.record_attempt(
+            AttemptRecord(
+                request_id=attempt.request_id,
+                hop=attempt.hop,
+                provider=attempt.provider,
+                model=attempt.model,
+                outcome=attempt.outcome,
+                code=attempt.failure.value if attempt.failure else None,
+                trigger=attempt.trigger or None,
+                latency_ms=attempt.latency_ms,
+                chain=attempt.chain,
+            )
+        )
+
+    return listen
+
+
+def limit_usage(limits: LimitKeeper, pricing: Pricing, config: Config) -> OutcomeObserver:
+    """Tokens and API-equivalent USD a key consumed count against its daily/monthly limits."""
+
+    def observe(outcome: RequestOutcome) -> None:
+        if outcome.identity is None or outcome.usage is None:
+            return
+        if outcome.cache == "hit" or outcome.shared:
+            return  # answered without an upstream call: nothing consumed
+        cost = request_cost(outcome, pricing, config)
+        limits.on_usage(
+            outcome.identity.key_id, outcome.usage.total_tokens, cost.api_cost_usd or 0.0
+        )
+
+    return observe

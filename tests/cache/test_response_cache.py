@@ -1,0 +1,264 @@
+"""The facade the engine calls per hop: hit / miss / bypass, writes, stats, persistence."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from cache_fakes import ANSWER, Upstream, drain, run, settle
+
+from olp.cache import ResponseCache, cache_policy, is_complete
+from olp.config import CacheConfig
+from olp.errors import Failure, ProviderError
+from olp.ir import Event, Finish, TextDelta, ToolCallDelta, Usage
+
+CFG = CacheConfig(ttl_s=60)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def ask(
+    cache: ResponseCache,
+    up: Upstream,
+    ns: str = "ns",
+    key: str = "k",
+    *,
+    lookup: bool = True,
+    store: bool = True,
+) -> tuple[str, str, list[Event]]:
+    hop = await cache.open_hop(ns, key, up.start, lookup=lookup, store=store)
+    return hop.outcome, hop.role, await drain(hop.events)
+
+
+def test_a_second_identical_request_is_a_hit_without_an_upstream_call() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        up = Upstream()
+        assert await ask(cache, up) == ("miss", "leader", list(ANSWER))
+        assert await ask(cache, up) == ("hit", "stored", list(ANSWER))
+        assert up.starts == 1
+        stats = cache.stats("ns")
+        assert (stats["hits"], stats["misses"], stats["entries"]) == (1, 1, 1)
+        assert stats["hit_rate"] == 0.5
+        await cache.aclose()
+
+    run(main)
+
+
+def test_concurrent_identical_requests_share_one_call_then_hit() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        up = Upstream(delay=0.001)
+        results = await asyncio.gather(*(ask(cache, up) for _ in range(50)))
+        assert up.starts == 1
+        assert {r[2] == list(ANSWER) for r in results} == {True}
+        roles = sorted(r[1] for r in results)
+        assert roles.count("leader") == 1
+        assert roles.count("follower") == 49
+        assert await ask(cache, up) == ("hit", "stored", list(ANSWER))
+        stats = cache.stats()
+        assert (stats["misses"], stats["shared"], stats["hits"]) == (1, 49, 1)
+        await cache.aclose()
+
+    run(main)
+
+
+def test_a_key_never_sees_another_keys_entries() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        up = Upstream()
+        await ask(cache, up, "alice")
+        assert (await ask(cache, up, "bob"))[0] == "miss"
+        assert up.starts == 2
+        await cache.aclose()
+
+    run(main)
+
+
+def test_no_cache_skips_the_lookup_but_still_writes() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        await ask(cache, Upstream())
+        fresh = (TextDelta("fresh"), Finish("stop"))
+        up = Upstream(fresh)
+        assert await ask(cache, up, lookup=False) == ("bypass", "leader", list(fresh))
+        assert up.starts == 1
+        assert await ask(cache, Upstream()) == ("hit", "stored", list(fresh))
+        await cache.aclose()
+
+    run(main)
+
+
+def test_no_cache_does_not_join_a_request_in_flight() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        first = Upstream(pause_at=1)
+        hop = await cache.open_hop("ns", "k", first.start)
+        second = Upstream()
+        assert (await ask(cache, second, lookup=False))[1] == "leader"
+        assert second.starts == 1
+        first.release()
+        await drain(hop.events)
+        await cache.aclose()
+
+    run(main)
+
+
+def test_no_store_neither_reads_nor_writes() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        await ask(cache, Upstream())
+        up = Upstream()
+        assert await ask(cache, up, store=False) == ("bypass", "direct", list(ANSWER))
+        assert up.starts == 1
+        assert cache.stats("other")["entries"] == 0
+        await ask(cache, Upstream(), "other", store=False)
+        assert cache.stats("other")["entries"] == 0
+        assert cache.stats("other")["bypasses"] == 1
+        await cache.aclose()
+
+    run(main)
+
+
+def test_a_disabled_cache_bypasses_everything(tmp_path: Path) -> None:
+    async def main() -> None:
+        cache = ResponseCache(CacheConfig(enabled=False), tmp_path)
+        up = Upstream()
+        assert (await ask(cache, up))[:2] == ("bypass", "direct")
+        assert (await ask(cache, up))[:2] == ("bypass", "direct")
+        assert up.starts == 2
+        await cache.aclose()
+        assert not (tmp_path / "cache.db").exists()
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        (TextDelta("cut"), Finish("length")),  # truncated, or salvaged (DESIGN §5 rule 4)
+        (TextDelta("no finish"),),
+        (TextDelta("filtered"), Finish("content_filter")),
+        (Usage(1, 0), Finish("stop")),  # no content at all
+    ],
+    ids=["length", "no-finish", "content-filter", "empty"],
+)
+def test_incomplete_answers_are_not_cached(events: tuple[Event, ...]) -> None:
+    assert not is_complete(events)
+
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        up = Upstream(events)
+        await ask(cache, up)
+        assert (await ask(cache, up))[0] == "miss"
+        assert up.starts == 2
+        await cache.aclose()
+
+    run(main)
+
+
+def test_tool_call_answers_with_usage_after_finish_are_cached() -> None:
+    events = (ToolCallDelta(0, "c", "f", "{}"), Finish("tool_calls"), Usage(3, 4))
+    assert is_complete(events)
+
+
+def test_a_failed_upstream_is_not_cached_and_every_follower_sees_the_error() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        boom = ProviderError(Failure.RATE_LIMITED, "slow down")
+        up = Upstream((), pause_at=0, error=boom)
+        hops = [await cache.open_hop("ns", "k", up.start) for _ in range(5)]
+        up.release()
+        for hop in hops:
+            with pytest.raises(ProviderError) as caught:
+                await drain(hop.events)
+            assert caught.value is boom
+        assert up.starts == 1
+        assert cache.stats()["entries"] == 0
+        assert (await ask(cache, Upstream()))[0] == "miss"
+        await cache.aclose()
+
+    run(main)
+
+
+def test_ttl_expiry_with_an_injected_clock() -> None:
+    async def main() -> None:
+        clock = Clock()
+        cache = ResponseCache(CFG, None, clock)
+        await ask(cache, Upstream())
+        clock.now += 59
+        assert (await ask(cache, Upstream()))[0] == "hit"
+        clock.now += 2
+        assert (await ask(cache, Upstream()))[0] == "miss"
+        await cache.aclose()
+
+    run(main)
+
+
+def test_entries_survive_a_restart(tmp_path: Path) -> None:
+    async def first() -> None:
+        cache = ResponseCache(CFG, tmp_path)
+        await ask(cache, Upstream())
+        await cache.aclose()
+
+    async def second() -> None:
+        cache = ResponseCache(CFG, tmp_path)
+        up = Upstream()
+        assert await ask(cache, up) == ("hit", "stored", list(ANSWER))
+        assert up.starts == 0
+        assert cache.stats()["persistent"] is True
+        await cache.aclose()
+
+    run(first)
+    run(second)
+
+
+def test_stats_and_clear() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        await ask(cache, Upstream(), "alice", "1")
+        await ask(cache, Upstream(), "alice", "2")
+        await ask(cache, Upstream(), "bob", "1")
+        await ask(cache, Upstream(), "bob", "1")
+        slow = Upstream(pause_at=1)
+        hop = await cache.open_hop("carol", "1", slow.start)
+        await settle()
+        stats = cache.stats()
+        assert stats["entries"] == 3
+        assert stats["in_flight"] == 1
+        assert stats["namespaces"]["carol"]["in_flight"] == 1
+        assert stats["namespaces"]["bob"]["hits"] == 1
+        assert stats["hits"] == 1
+        assert stats["misses"] == 4
+        assert cache.clear("alice") == 2
+        assert cache.stats("alice")["entries"] == 0
+        assert cache.clear() == 1
+        slow.release()
+        await drain(hop.events)
+        await cache.aclose()
+
+    run(main)
+
+
+@pytest.mark.parametrize(
+    ("header", "policy"),
+    [
+        (None, (True, True)),
+        ("", (True, True)),
+        ("no-cache", (False, True)),
+        ("No-Cache, max-stale=5", (False, True)),
+        ("max-age=0", (False, True)),
+        ("no-store", (False, False)),
+        ("no-cache, no-store", (False, False)),
+        ("max-age=60", (True, True)),
+    ],
+)
+def test_cache_control_policy(header: str | None, policy: tuple[bool, bool]) -> None:
+    assert cache_policy(header) == policy

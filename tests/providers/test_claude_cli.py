@@ -1,0 +1,334 @@
+"""claude-cli translation against the real captures (tests/fixtures/cli/claude).
+
+Pure: every captured stdout is fed line by line to the translator, then `end()` gets the
+captured exit status and stderr — as `stream_cli` does with a live process.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from olp.config.model import ProviderConfig, Timeouts
+from olp.errors import Failure, ProviderError
+from olp.ir import (
+    ChatRequest,
+    Event,
+    Finish,
+    Message,
+    ReasoningDelta,
+    ResponseFormat,
+    TextDelta,
+    Tool,
+    Usage,
+)
+from olp.providers._claude_stream import RateLimitInfo
+from olp.providers.claude_cli import plugin
+from olp.providers.claude_cli.translate import (
+    DEFAULT_SYSTEM_PROMPT,
+    DROPS,
+    ClaudeTranslator,
+    build_invocation,
+    classify,
+)
+
+CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "claude"
+TEXT = "Hello from the fake upstream. 2+2=4."
+NOW = 1_795_970_000.0  # 2026-11-29 16:33 UTC, shortly before the captured resets
+
+
+def replay(name: str) -> tuple[list[Event], ClaudeTranslator, list[RateLimitInfo]]:
+    """Feed a capture through the translator; raise what `end()` raises."""
+    seen: list[RateLimitInfo] = []
+    tr = ClaudeTranslator("claude", lambda: NOW, seen.append)
+    meta = json.loads((CAPTURES / f"{name}.meta.json").read_text())
+    events: list[Event] = []
+    for line in (CAPTURES / f"{name}.jsonl").read_bytes().splitlines():
+        events.extend(tr.feed(line))
+        if tr.done:
+            break
+    status = None if tr.done else meta["exit_code"]
+    stderr = (CAPTURES / f"{name}.stderr.txt").read_text()
+    events.extend(tr.end(status, stderr))
+    return events, tr, seen
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def error_of(name: str) -> ProviderError:
+    with pytest.raises(ProviderError) as info:
+        replay(name)
+    return info.value
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "success_stream_json_partial",
+        "success_arbitrary_model_name",
+        "success_auth_token_bearer",
+        "success_unified_headers_warning",
+        "success_input_stream_json",
+        "sub_success_plain",
+        "sub_success_allowed_warning",
+    ],
+)
+def test_streamed_success_is_token_deltas_then_usage_and_finish(name: str) -> None:
+    events, tr, _ = replay(name)
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert [d.text for d in deltas] == ["Hello from ", "the fake ", "upstream. 2+2=4."]
+    usage, finish = events[-2:]
+    assert isinstance(usage, Usage)
+    assert usage.prompt_tokens == 25
+    assert usage.completion_tokens == 12
+    assert usage.cost_usd is not None and usage.cost_usd > 0
+    assert finish == Finish("stop")
+    assert tr.done
+
+
+def test_without_partial_messages_the_assistant_event_carries_the_text() -> None:
+    events, _, _ = replay("success_stream_json_verbose")
+    assert events[0] == TextDelta(TEXT)
+    assert events[-1] == Finish("stop")
+
+
+def test_thinking_streams_as_reasoning_and_nothing_is_doubled() -> None:
+    events, _, _ = replay("success_stream_json_partial_with_thinking")
+    reasoning = "".join(e.text for e in events if isinstance(e, ReasoningDelta))
+    assert reasoning == "The user asks for 2+2. That is 4."
+    assert text_of(events) == TEXT
+    assert isinstance(events[0], ReasoningDelta)
+
+
+def test_silent_non_streaming_retry_after_a_stall_is_emitted_once() -> None:
+    events, _, _ = replay("err_hang_midstream_idle_timeout")
+    assert text_of(events) == TEXT
+    assert events[-1] == Finish("stop")
+
+
+def test_first_result_ends_the_answer() -> None:
+    events, tr, _ = replay("input_stream_json_with_assistant_history")
+    assert text_of(events) == TEXT
+    assert tr.done
+
+
+@pytest.mark.parametrize(
+    ("name", "failure", "status"),
+    [
+        ("err_401_no_retries_env", Failure.AUTH_FAILED, 401),
+        ("err_401_x_should_retry_false", Failure.AUTH_FAILED, 401),
+        ("err_401", Failure.AUTH_FAILED, 401),
+        ("err_429_no_retries_env", Failure.RATE_LIMITED, 429),
+        ("err_429_default_retries", Failure.RATE_LIMITED, 429),
+        ("err_429_retry_after_120", Failure.RATE_LIMITED, 429),
+        ("err_usage_limit_unified_429_no_retries_env", Failure.RATE_LIMITED, 429),
+        ("sub_429_plain_no_unified_headers", Failure.RATE_LIMITED, 429),
+        ("err_500_no_retries_env", Failure.UPSTREAM_ERROR, 500),
+        ("err_500_default_retries", Failure.UPSTREAM_ERROR, 500),
+        ("err_529_no_retries_env", Failure.OVERLOADED, 529),
+        ("err_529_default_retries", Failure.OVERLOADED, 529),
+        ("sub_529_default_retries", Failure.OVERLOADED, 529),
+        ("err_conn_refused_no_retries_env", Failure.TRANSPORT, None),
+        ("err_conn_refused_default_retries", Failure.TRANSPORT, None),
+        ("err_hang_api_timeout_5s_1retry", Failure.TIMEOUT, None),
+    ],
+)
+def test_captured_errors_land_on_the_taxonomy(
+    name: str, failure: Failure, status: int | None
+) -> None:
+    err = error_of(name)
+    assert err.failure is failure
+    assert err.upstream_status == status
+    assert err.provider == "claude"
+    assert err.message.startswith("claude: ")
+    assert err.reset_at is None
+
+
+@pytest.mark.parametrize(
+    ("name", "reset_at", "kind"),
+    [
+        ("sub_usage_limit_five_hour", 1795977238.0, "five_hour"),
+        ("sub_usage_limit_seven_day", 1796322839.0, "seven_day"),
+    ],
+)
+def test_usage_limits_are_quota_exhausted_until_the_signalled_reset(
+    name: str, reset_at: float, kind: str
+) -> None:
+    with pytest.raises(ProviderError) as info:
+        replay(name)
+    err = info.value
+    assert err.failure is Failure.QUOTA_EXHAUSTED
+    assert err.reset_at == reset_at
+    assert "You've hit your" in err.message
+    assert err.http_status == 502
+
+
+def test_rate_limit_events_are_reported_for_quota() -> None:
+    _, _, seen = replay("sub_success_allowed_warning")
+    assert seen == [RateLimitInfo("allowed", 1795970041.0, "five_hour", None)]
+
+
+def test_usage_limit_text_alone_gives_the_reset_time() -> None:
+    """Older CLIs print no rate_limit_event: the reset comes from the text (TZ=UTC)."""
+    now = 1795977238.0 - 3600
+    err = classify(
+        "claude",
+        text="You've hit your session limit · resets 6:33pm (UTC)",
+        status=429,
+        kind="rate_limit",
+        rate_limit=None,
+        now=now,
+    )
+    assert err.failure is Failure.QUOTA_EXHAUSTED
+    assert err.reset_at == 1795977180.0  # 18:33:00 UTC that day
+    weekly = classify(
+        "claude",
+        text="You've hit your weekly limit · resets Dec 3, 6:33pm (UTC)",
+        status=429,
+        kind="rate_limit",
+        rate_limit=None,
+        now=now,
+    )
+    assert weekly.reset_at == 1796322780.0
+
+
+@pytest.mark.parametrize(
+    ("text", "status", "kind", "failure"),
+    [
+        ("Not logged in · Please run /login", None, None, Failure.AUTH_FAILED),
+        ("API Error: 403 forbidden", 403, "unknown", Failure.AUTH_FAILED),
+        ("Invalid model", 404, "model_not_found", Failure.INVALID_REQUEST),
+        ("prompt is too long", 400, "invalid_request", Failure.INVALID_REQUEST),
+        ("Credit balance is too low", None, "billing_error", Failure.QUOTA_EXHAUSTED),
+        ("API Error: 503 overloaded", 503, "server_error", Failure.OVERLOADED),
+        ("Claude AI usage limit reached|1750708800", None, "rate_limit", Failure.QUOTA_EXHAUSTED),
+        ("something odd", None, "unknown", Failure.UPSTREAM_ERROR),
+    ],
+)
+def test_classify_table(text: str, status: int | None, kind: str, failure: Failure) -> None:
+    err = classify("claude", text=text, status=status, kind=kind, rate_limit=None, now=NOW)
+    assert err.failure is failure
+
+
+def test_no_output_and_exit_1_is_spawn_failed_with_stderr() -> None:
+    err = error_of("success_stream_json_no_verbose")
+    assert err.failure is Failure.SPAWN_FAILED
+    assert "exited with status 1" in err.message
+    assert "requires --verbose" in err.message
+
+
+def test_killed_before_any_content_is_spawn_failed() -> None:
+    tr = ClaudeTranslator("claude", lambda: NOW)
+    for line in (CAPTURES / "err_hang_midstream_killed_after_60s.jsonl").read_bytes().splitlines():
+        assert tr.feed(line) == []
+    with pytest.raises(ProviderError) as info:
+        tr.end(-9, "")
+    assert info.value.failure is Failure.SPAWN_FAILED
+    assert "killed by signal 9" in info.value.message
+
+
+def test_content_then_death_is_salvaged_as_length() -> None:
+    tr = ClaudeTranslator("claude", lambda: NOW)
+    lines = (CAPTURES / "success_stream_json_partial.jsonl").read_bytes().splitlines()
+    events: list[Event] = []
+    for line in lines[:5]:
+        events.extend(tr.feed(line))
+    assert events == [TextDelta("Hello from ")]
+    assert tr.end(1, "boom") == [Finish("length")]
+
+
+def test_unparsable_lines_are_skipped_but_no_result_is_an_error() -> None:
+    tr = ClaudeTranslator("claude", lambda: NOW)
+    for line in (b"\x00\xff garbage", b"[1, 2]", b'{"type": "weird"}', b""):
+        assert tr.feed(line) == []
+    with pytest.raises(ProviderError) as info:
+        tr.end(0, "")
+    assert info.value.failure is Failure.SPAWN_FAILED
+    assert "without a result event (2 unparsable line(s) on stdout)" in info.value.message
+
+
+# -- invocation --------------------------------------------------------------------------
+
+
+def request(*messages: Message, **kw: Any) -> ChatRequest:
+    return ChatRequest(model="claude-sonnet-4-5", messages=messages, **kw)
+
+
+def test_invocation_matches_the_recommended_one() -> None:
+    inv = build_invocation(
+        request(Message("system", "Be terse."), Message("user", "What is 2+2?")),
+        Timeouts(total_ms=90_000),
+    )
+    captured = json.loads((CAPTURES / "success_stream_json_partial.meta.json").read_text())
+    expected = captured["argv"][1:]
+    expected[expected.index("You are a terse assistant.")] = "Be terse."
+    assert list(inv.args) == expected
+    assert inv.stdin == b"What is 2+2?"
+    assert inv.env == {
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+        "DISABLE_TELEMETRY": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "API_TIMEOUT_MS": "90000",
+        "MAX_THINKING_TOKENS": "0",
+    }
+    assert inv.credentials == ((".claude/.credentials.json", ".claude/.credentials.json"),)
+    assert inv.home_files == {}
+
+
+def test_invocation_options_passed_through_env() -> None:
+    inv = build_invocation(
+        request(Message("user", "hi"), max_tokens=300, extra={"reasoning_effort": "high"}),
+        Timeouts(),
+    )
+    assert inv.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "300"
+    assert inv.env["MAX_THINKING_TOKENS"] == "31999"
+    assert inv.args[-1] == DEFAULT_SYSTEM_PROMPT
+    assert "hi" not in inv.args
+
+
+def test_json_schema_becomes_a_system_instruction() -> None:
+    schema = {"name": "answer", "schema": {"type": "object", "required": ["n"]}}
+    inv = build_invocation(
+        request(
+            Message("user", "2+2?"),
+            response_format=ResponseFormat("json_schema", schema),
+        ),
+        Timeouts(),
+    )
+    system = inv.args[-1]
+    assert system.startswith("Respond with a single valid JSON object that conforms")
+    assert '{"required":["n"],"type":"object"}' in system
+
+
+def test_huge_system_prompt_moves_to_stdin() -> None:
+    big = "rule. " * 40_000
+    inv = build_invocation(request(Message("system", big), Message("user", "hi")), Timeouts())
+    assert inv.args[-1] == DEFAULT_SYSTEM_PROMPT
+    assert inv.stdin.startswith(b"<system>\n" + big.encode())
+    assert inv.stdin.endswith(b"hi")
+
+
+def test_plugin_declares_what_it_drops() -> None:
+    assert plugin.type == "claude-cli"
+    assert "temperature" in DROPS
+    assert "tools (client-side function calling)" in DROPS
+    provider = plugin.factory(ProviderConfig("claude", "claude-cli"))
+    assert provider.capabilities.tools is False
+    assert provider.capabilities.streaming == "token"
+    assert provider.capabilities.drops == DROPS
+    assert provider.quota() is None
+
+
+def test_tools_in_a_request_are_not_sent() -> None:
+    inv = build_invocation(
+        request(Message("user", "weather?"), tools=(Tool("get_weather"),)), Timeouts()
+    )
+    assert b"get_weather" not in inv.stdin
+    assert not any("get_weather" in a for a in inv.args)

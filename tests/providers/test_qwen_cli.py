@@ -1,0 +1,204 @@
+"""qwen-cli translation against the real captures (tests/fixtures/cli/qwen)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from olp.config.model import ProviderConfig
+from olp.errors import Failure, ProviderError
+from olp.ir import ChatRequest, Event, Finish, Message, TextDelta, Usage
+from olp.providers._prompt import DEFAULT_SYSTEM_PROMPT
+from olp.providers.qwen_cli import plugin
+from olp.providers.qwen_cli.translate import (
+    DROPS,
+    QwenTranslator,
+    auth_type,
+    build_invocation,
+    classify,
+)
+
+CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "qwen"
+TEXT = "Hello from the fake upstream. 2+2=4."
+NOW = 1_795_970_000.0
+
+
+def feed_lines(lines: list[bytes], status: int | None = 0, stderr: str = "") -> list[Event]:
+    tr = QwenTranslator("qwen", lambda: NOW)
+    events: list[Event] = []
+    for line in lines:
+        events.extend(tr.feed(line))
+        if tr.done:
+            break
+    events.extend(tr.end(None if tr.done else status, stderr))
+    return events
+
+
+def replay(name: str) -> list[Event]:
+    meta = json.loads((CAPTURES / f"{name}.meta.json").read_text())
+    lines = (CAPTURES / f"{name}.jsonl").read_bytes().splitlines()
+    return feed_lines(lines, meta["exit_code"], (CAPTURES / f"{name}.stderr.txt").read_text())
+
+
+def text_of(events: list[Event]) -> str:
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+@pytest.mark.parametrize(
+    ("name", "prompt", "completion"),
+    [
+        # Without --bare Qwen Code made a second (memory) request: result counts both.
+        ("success_stream_json_partial", 60, 24),
+        ("success_stream_json_partial_bare_notools", 30, 12),
+    ],
+)
+def test_streamed_success(name: str, prompt: int, completion: int) -> None:
+    events = replay(name)
+    deltas = [e.text for e in events if isinstance(e, TextDelta)]
+    # Not held: "H" cannot start "[API Error: …".
+    assert deltas == ["Hello from ", "the fake ", "upstream. 2+2=4."]
+    assert events[-2] == Usage(prompt_tokens=prompt, completion_tokens=completion)
+    assert events[-1] == Finish("stop")
+
+
+def test_without_partial_messages_the_assistant_event_carries_the_text() -> None:
+    events = replay("success_stream_json")
+    assert text_of(events) == TEXT
+    assert events[-1] == Finish("stop")
+
+
+@pytest.mark.parametrize(
+    ("name", "failure", "status"),
+    [
+        ("err_401_default_retries", Failure.AUTH_FAILED, 401),
+        ("err_500_default_retries", Failure.UPSTREAM_ERROR, 500),
+        ("err_conn_refused_default_retries", Failure.TRANSPORT, None),
+    ],
+)
+def test_api_error_answers_with_exit_0_are_errors_not_content(
+    name: str, failure: Failure, status: int | None
+) -> None:
+    tr = QwenTranslator("qwen", lambda: NOW)
+    content: list[Event] = []
+    for line in (CAPTURES / f"{name}.jsonl").read_bytes().splitlines():
+        content.extend(tr.feed(line))
+    assert not any(isinstance(e, TextDelta) for e in content)
+    with pytest.raises(ProviderError) as info:
+        tr.end(None, "")
+    assert info.value.failure is failure
+    assert info.value.upstream_status == status
+    assert info.value.message.startswith("qwen: [API Error:")
+
+
+@pytest.mark.parametrize("name", ["err_429_default_retries", "err_hang_killed_after_120s"])
+def test_a_cli_that_never_answers_and_is_killed_is_spawn_failed(name: str) -> None:
+    """Qwen Code retries a 429 for minutes: OLP's idle timeout ends it; if it is killed
+    before any content, the hop failed."""
+    lines = (CAPTURES / f"{name}.jsonl").read_bytes().splitlines()
+    with pytest.raises(ProviderError) as info:
+        feed_lines(lines, status=-15)
+    assert info.value.failure is Failure.SPAWN_FAILED
+
+
+def _stream(*pieces: str) -> list[bytes]:
+    start = {"type": "stream_event", "event": {"type": "message_start", "message": {"id": "m"}}}
+    lines = [json.dumps(start).encode()]
+    for piece in pieces:
+        delta = {"type": "content_block_delta", "delta": {"type": "text_delta", "text": piece}}
+        lines.append(json.dumps({"type": "stream_event", "event": delta}).encode())
+    return lines
+
+
+def _result(text: str) -> bytes:
+    doc = {"type": "result", "subtype": "success", "is_error": False, "result": text}
+    return json.dumps(doc).encode()
+
+
+def test_streamed_api_error_text_is_an_error() -> None:
+    lines = [*_stream("[API", " Error: 429 ", "Too many requests]"), _result("[API Error: 429 x]")]
+    with pytest.raises(ProviderError) as info:
+        feed_lines(lines)
+    assert info.value.failure is Failure.RATE_LIMITED
+
+
+def test_answers_that_only_look_like_an_error_are_released() -> None:
+    events = feed_lines([*_stream("[", "1, 2]", " is a list"), _result("[1, 2] is a list")])
+    assert text_of(events) == "[1, 2] is a list"
+    short = feed_lines([*_stream("["), _result("[")])
+    assert text_of(short) == "["
+    assert short[-1] == Finish("stop")
+
+
+def test_content_then_death_is_salvaged() -> None:
+    events = feed_lines(_stream("Hello there, ", "partial"), status=1, stderr="crash")
+    assert text_of(events) == "Hello there, partial"
+    assert events[-1] == Finish("length")
+
+
+def test_garbage_only_is_spawn_failed() -> None:
+    with pytest.raises(ProviderError) as info:
+        feed_lines([b"\x00\xff", b"not json"], status=0)
+    assert info.value.failure is Failure.SPAWN_FAILED
+    assert "2 unparsable line(s)" in info.value.message
+
+
+@pytest.mark.parametrize(
+    ("text", "failure"),
+    [
+        ("[API Error: 429 Rate limit reached]", Failure.RATE_LIMITED),
+        ("[API Error: 429 You exceeded your current quota]", Failure.QUOTA_EXHAUSTED),
+        ("[API Error: Qwen OAuth quota exceeded: try tomorrow]", Failure.QUOTA_EXHAUSTED),
+        ("[API Error: 503 busy]", Failure.OVERLOADED),
+        ("[API Error: 400 bad]", Failure.INVALID_REQUEST),
+        ("[API Error: 502 bad gateway]", Failure.UPSTREAM_ERROR),
+        ("[API Error: Request timed out.]", Failure.TIMEOUT),
+        ("[API Error: Connection error. (cause: fetch failed)]", Failure.TRANSPORT),
+    ],
+)
+def test_classify(text: str, failure: Failure) -> None:
+    assert classify("qwen", text, NOW).failure is failure
+
+
+def test_invocation() -> None:
+    req = ChatRequest(
+        model="qwen3-coder-plus",
+        messages=(Message("system", "Be terse."), Message("user", "What is 2+2?")),
+        max_tokens=50,
+        temperature=0.2,
+    )
+    inv = build_invocation(req, {"OPENAI_API_KEY": "sk", "OPENAI_BASE_URL": "http://x/v1"})
+    assert inv.args == (
+        "--output-format", "stream-json",
+        "--include-partial-messages",
+        "--max-session-turns", "1",
+        "--bare",
+        "--exclude-tools", "read_file,edit,run_shell_command",
+        "--chat-recording", "false",
+        "--auth-type", "openai",
+        "-m", "qwen3-coder-plus",
+        "--system-prompt", "Be terse.",
+    )  # fmt: skip
+    assert inv.stdin == b"What is 2+2?"  # on stdin: no positional prompt
+    assert inv.env == {"QWEN_CODE_MAX_OUTPUT_TOKENS": "50"}
+    assert inv.credentials == ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
+    bare = build_invocation(req.__class__(model="m", messages=(Message("user", "hi"),)), {})
+    assert bare.args[-1] == DEFAULT_SYSTEM_PROMPT
+    assert "qwen-oauth" in bare.args
+
+
+def test_auth_type_follows_the_configured_env() -> None:
+    assert auth_type({}) == "qwen-oauth"
+    assert auth_type({"OPENAI_API_KEY": "k"}) == "openai"
+    assert auth_type({"ANTHROPIC_API_KEY": "k"}) == "anthropic"
+    assert auth_type({"GEMINI_API_KEY": "k"}) == "gemini"
+
+
+def test_plugin() -> None:
+    provider = plugin.factory(ProviderConfig("qwen", "qwen-cli"))
+    assert plugin.type == "qwen-cli"
+    assert provider.capabilities.drops == DROPS
+    assert "temperature" in DROPS
+    assert "max_tokens" not in DROPS
+    assert provider.quota() is None

@@ -1,0 +1,43 @@
+"""Without a config file, logged-in subscription CLIs on PATH become providers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from olp.config import load_config
+
+from fakes.cli import install
+
+
+def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
+    bin_dir = install(tmp_path / "bin", "claude", "qwen")
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / ".credentials.json").write_text("{}")
+    (home / ".qwen").mkdir()
+    (home / ".qwen" / "oauth_creds.json").write_text("{}")
+    env = {
+        "OLP_HOME": str(tmp_path / "olp"),
+        "PATH": f"{bin_dir}:/usr/bin",
+        "HOME": str(home),
+        "LANG": "C.UTF-8",
+        "OLP_OWNER_TOKEN": "secret",
+    }
+    config = load_config(env, detect_local_servers=False)
+    claude = config.providers["claude"]
+    assert claude.type == "claude-cli"
+    assert claude.command == str(bin_dir / "claude")
+    assert "claude-sonnet-4-5" in claude.models
+    assert claude.user_home == home
+    assert dict(claude.inherited_env) == {"PATH": f"{bin_dir}:/usr/bin", "LANG": "C.UTF-8"}
+    # Tier B: found, but never enabled without consent.
+    assert "qwen" not in config.providers
+    assert any("qwen-cli is risk tier B" in note for note in config.notes)
+
+
+def test_cli_without_login_is_only_a_note(tmp_path: Path) -> None:
+    bin_dir = install(tmp_path / "bin", "claude")
+    env = {"OLP_HOME": str(tmp_path / "olp"), "PATH": str(bin_dir), "HOME": str(tmp_path)}
+    config = load_config(env, detect_local_servers=False)
+    assert "claude" not in config.providers
+    assert any("~/.claude/.credentials.json" in note for note in config.notes)

@@ -1,0 +1,234 @@
+"""`olp keys` as a real subprocess: output, storage, and every kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from olp.accounts.keystore import KeyStore
+from olp.accounts.owner_key import hash_key
+
+KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+def olp_keys(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OLP_HOME": str(home)}
+    env.pop("OLP_OWNER_TOKEN", None)
+    return subprocess.run(
+        [sys.executable, "-m", "olp", "keys", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(home: Path, *args: str) -> str:
+    proc = olp_keys(home, *args)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return proc.stdout
+
+
+def bad(home: Path, *args: str) -> str:
+    """Exit code 2, a message, no traceback; returns stderr."""
+    proc = olp_keys(home, *args)
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stderr.strip()
+    return proc.stderr
+
+
+def listed(home: Path) -> dict[str, dict[str, object]]:
+    return {k["name"]: k for k in json.loads(ok(home, "list", "--json"))["keys"]}
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+def test_create_json_is_one_object_and_only_the_hash_is_stored(home: Path) -> None:
+    out = ok(home, "create", "--name", "alice", "--json")
+    created = json.loads(out)  # the whole of stdout is one JSON object
+    assert set(created) == {"id", "key", "name", "tier"}
+    assert created["name"] == "alice" and created["tier"] == "member"
+    assert created["id"].startswith("key_") and len(created["id"]) == 12
+    key = created["key"]
+    assert key.startswith("olp_") and len(key) == 47 and set(key[4:]) <= KEY_CHARS
+    db = home / "keys.db"
+    assert oct(db.stat().st_mode & 0o777) == "0o600"
+    rows = sqlite3.connect(db).execute("SELECT secret_sha256 FROM keys").fetchall()
+    assert rows == [(hash_key(key),)]
+    assert key.encode() not in db.read_bytes()
+
+
+def test_create_prints_the_key_once_with_how_to_use_it(home: Path) -> None:
+    out = ok(home, "create", "--name", "bob", "--models", "gpt-*", "--rpm", "5")
+    key = next(w for w in out.split() if w.startswith("olp_"))
+    assert f"OPENAI_API_KEY={key}" in out and "OPENAI_BASE_URL=http://" in out
+    assert "only time" in out
+    for args in (("list",), ("list", "--json")):
+        assert key not in ok(home, *args)
+
+
+def test_list_shows_settings_limits_and_revocation(home: Path) -> None:
+    ok(
+        home,
+        "create",
+        "--name",
+        "alice",
+        "--models",
+        "gpt-*,sonnet",
+        "--models",
+        "haiku",
+        "--providers",
+        "claude",
+        "--rpm",
+        "10",
+        "--rpd",
+        "100",
+        "--tpd",
+        "5000",
+        "--usd-month",
+        "12.5",
+    )
+    ok(home, "create", "--name", "boss", "--tier", "owner")
+    ok(home, "revoke", "boss")
+    keys = listed(home)
+    alice = keys["alice"]
+    assert alice["allowed_models"] == ["gpt-*", "sonnet", "haiku"]
+    assert alice["allowed_providers"] == ["claude"]
+    assert alice["limits"] == {"rpm": 10, "rpd": 100, "tpd": 5000, "usd_month": 12.5}
+    assert alice["revoked_at"] is None and alice["last_used"] is None
+    assert keys["boss"]["tier"] == "owner" and keys["boss"]["revoked_at"] is not None
+    table = ok(home, "list")
+    assert "alice" in table and "rpm 10" in table and "usd/month 12.5" in table
+    assert "revoked" in table
+    assert "boss" not in ok(home, "list", "--active")
+
+
+def test_set_changes_only_what_it_names(home: Path) -> None:
+    ok(home, "create", "--name", "alice", "--rpm", "10", "--rpd", "100", "--models", "gpt-*")
+    ok(home, "set", "alice", "--rpm", "none", "--usd-month", "3")
+    alice = listed(home)["alice"]
+    assert alice["limits"] == {"rpm": None, "rpd": 100, "tpd": None, "usd_month": 3.0}
+    assert alice["allowed_models"] == ["gpt-*"]
+    ok(home, "set", str(alice["id"]), "--models", "*", "--providers", "a,b", "--name", "al")
+    al = listed(home)["al"]
+    assert al["id"] == alice["id"]
+    assert al["allowed_models"] is None and al["allowed_providers"] == ["a", "b"]
+
+
+def test_rotate_keeps_id_and_settings(home: Path) -> None:
+    first = json.loads(ok(home, "create", "--name", "alice", "--rpm", "7", "--json"))
+    out = ok(home, "rotate", "alice")
+    second = next(w for w in out.split() if w.startswith("olp_"))
+    assert second != first["key"] and "old one no longer works" in out
+    alice = listed(home)["alice"]
+    assert alice["id"] == first["id"] and alice["limits"]["rpm"] == 7  # type: ignore[index]
+    stored = sqlite3.connect(home / "keys.db").execute("SELECT secret_sha256 FROM keys")
+    assert stored.fetchall() == [(hash_key(second),)]
+
+
+def test_revoke_is_idempotent_and_frees_the_name(home: Path) -> None:
+    first = json.loads(ok(home, "create", "--name", "alice", "--json"))
+    assert "Revoked" in ok(home, "revoke", first["id"])
+    assert "already revoked" in ok(home, "revoke", "alice")
+    second = json.loads(ok(home, "create", "--name", "alice", "--json"))
+    assert second["id"] != first["id"]
+    assert "Revoked" in ok(home, "revoke", "alice")  # the name now means the new key
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("create",), "Missing option '--name'"),
+        (("create", "--name", ""), "name: must be"),
+        (("create", "--name", "key_abcd1234"), "looks like a key id"),
+        (("create", "--name", "x", "--tier", "admin"), "'admin' is not one of"),
+        (("create", "--name", "x", "--rpm", "ten"), "'ten' is not a whole number"),
+        (("create", "--name", "x", "--rpm", "0"), "must be positive"),
+        (("create", "--name", "x", "--rpd", "-5"), "must be positive"),
+        (("create", "--name", "x", "--tpd", "1.5"), "is not a whole number"),
+        (("create", "--name", "x", "--usd-month", "lots"), "is not an amount in USD"),
+        (("create", "--name", "x", "--usd-month", "nan"), "must be positive"),
+        (("create", "--name", "x", "--models", "gpt 4"), "models: 'gpt 4' is not"),
+        (("create", "--name", "x", "--providers", ","), "providers: '' is not"),
+        (("revoke",), "Missing argument 'KEY'"),
+        (("revoke", "nobody"), "no key with id or name 'nobody'"),
+        (("rotate", "nobody"), "no key with id or name 'nobody'"),
+        (("set", "nobody", "--rpm", "3"), "no key with id or name 'nobody'"),
+        (("set", "alice"), "nothing to change"),
+        (("set", "alice", "--rpm", "many"), "'many' is not a whole number"),
+        (("set", "alice", "--name", "bob"), "a key named 'bob' already exists"),
+        (("create", "--name", "alice"), "a key named 'alice' already exists"),
+        (("set", "alice", "--models", ""), "models: '' is not"),
+        (("list", "--bogus"), "No such option"),
+    ],
+)
+def test_bad_input_is_a_clear_message_and_exit_2(
+    home: Path, args: tuple[str, ...], fragment: str
+) -> None:
+    store = KeyStore.open(home / "keys.db")  # in-process: faster than two CLI runs
+    store.create("alice")
+    store.create("bob")
+    store.close()
+    assert fragment in bad(home, *args)
+
+
+def test_changing_a_revoked_key_is_refused(home: Path) -> None:
+    ok(home, "create", "--name", "alice")
+    ok(home, "revoke", "alice")
+    assert "is revoked" in bad(home, "rotate", "alice")
+    assert "is revoked" in bad(home, "set", "alice", "--rpm", "3")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list",),
+        ("create", "--name", "x"),
+        ("revoke", "x"),
+        ("rotate", "x"),
+        ("set", "x", "--rpm", "1"),
+    ],
+)
+def test_damaged_database_is_reported_and_kept(home: Path, args: tuple[str, ...]) -> None:
+    home.mkdir(parents=True)
+    db = home / "keys.db"
+    garbage = b"this is not a database at all" * 200
+    db.write_bytes(garbage)
+    err = bad(home, *args)
+    assert str(db) in err and "move it aside" in err
+    assert db.read_bytes() == garbage  # never silently discarded
+
+
+def test_truncated_database_is_reported_and_kept(home: Path) -> None:
+    ok(home, "create", "--name", "alice")
+    db = home / "keys.db"
+    data = db.read_bytes()
+    db.write_bytes(data[:1024] + b"\xff" * (len(data) - 1024))
+    err = bad(home, "list")
+    assert str(db) in err
+    assert db.stat().st_size == len(data)
+
+
+def test_locked_database_is_reported(home: Path) -> None:
+    ok(home, "create", "--name", "alice")
+    holder = sqlite3.connect(home / "keys.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process mid-write, for longer than we wait
+    try:
+        err = bad(home, "create", "--name", "bob")
+        assert "locked" in err and "retry" in err
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    ok(home, "create", "--name", "bob")  # and works once the lock is gone

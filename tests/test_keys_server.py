@@ -1,0 +1,259 @@
+"""Keys against real servers: changes from the CLI (another process) on the next request,
+allow-lists, per-key /v1/models, owner-only endpoints."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from olp.accounts.dbauth import DbAuthenticator
+from olp.accounts.keystore import KeyStore, keys_db_path
+from olp.config import load_config
+from olp.errors import Forbidden, InvalidApiKey
+from olp.server import create_app
+from olp.server.asgi import Request
+from olp.server.owner import require_owner
+
+from fakes.upstream import FakeUpstream
+from olp_server import OWNER_TOKEN, ProcessServer, server_env, write_config
+
+
+def olp_keys(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "OLP_HOME": str(home)}
+    return subprocess.run(
+        [sys.executable, "-m", "olp", "keys", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def new_key(home: Path, *args: str) -> str:
+    proc = olp_keys(home, "create", *args, "--json")
+    assert proc.returncode == 0, proc.stderr
+    return str(json.loads(proc.stdout)["key"])
+
+
+def two_providers(upstream: FakeUpstream) -> dict[str, Any]:
+    base = upstream.openai_base_url
+    return {
+        "providers": {
+            "alpha": {"type": "openai-http", "base_url": base, "models": ["a-small", "a-large"]},
+            "beta": {"type": "openai-http", "base_url": base, "models": ["b-model"]},
+        },
+        "routing": {
+            "chains": {
+                "both": [
+                    {"provider": "alpha", "model": "a-small"},
+                    {"provider": "beta", "model": "b-model"},
+                ],
+                "beta-only": [{"provider": "beta", "model": "b-model"}],
+            }
+        },
+    }
+
+
+class Client:
+    def __init__(self, base_url: str, key: str) -> None:
+        self.base_url = base_url
+        self.headers = {"authorization": f"Bearer {key}"}
+
+    def chat(self, model: str = "a-small") -> httpx.Response:
+        # A new question each time, so no answer comes from the cache.
+        ask = {"model": model, "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+        return httpx.post(
+            f"{self.base_url}/v1/chat/completions", json=ask, headers=self.headers, timeout=10
+        )
+
+    def models(self) -> list[str]:
+        resp = httpx.get(f"{self.base_url}/v1/models", headers=self.headers)
+        assert resp.status_code == 200, resp.text
+        return sorted(m["id"] for m in resp.json()["data"])
+
+
+@pytest.fixture
+def home(tmp_path: Path, upstream: FakeUpstream) -> Path:
+    home = tmp_path / "home"
+    write_config(home, two_providers(upstream))
+    return home
+
+
+@pytest.fixture
+def server(home: Path) -> Iterator[ProcessServer]:
+    with ProcessServer(home) as srv:
+        yield srv
+
+
+def test_revoke_from_the_cli_refuses_the_very_next_request(
+    home: Path, server: ProcessServer
+) -> None:
+    key = new_key(home, "--name", "alice")  # created while the server runs
+    alice = Client(server.base_url, key)
+    assert alice.chat().status_code == 200
+    assert olp_keys(home, "revoke", "alice").returncode == 0
+    resp = alice.chat()
+    assert resp.status_code == 401
+    assert resp.json()["error"]["code"] == "invalid_api_key"
+    assert Client(server.base_url, OWNER_TOKEN).chat().status_code == 200  # owner unaffected
+
+
+def test_rotate_from_the_cli_swaps_the_secret_at_once(home: Path, server: ProcessServer) -> None:
+    old = new_key(home, "--name", "bob")
+    assert Client(server.base_url, old).chat().status_code == 200
+    proc = olp_keys(home, "rotate", "bob", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rotated = json.loads(proc.stdout)
+    assert rotated["name"] == "bob" and rotated["key"] != old
+    assert Client(server.base_url, old).chat().status_code == 401
+    assert Client(server.base_url, rotated["key"]).chat().status_code == 200
+
+
+def test_limits_set_from_the_cli_take_effect_at_once(home: Path, server: ProcessServer) -> None:
+    alice = Client(server.base_url, new_key(home, "--name", "alice"))
+    for _ in range(3):
+        assert alice.chat().status_code == 200
+    assert olp_keys(home, "set", "alice", "--rpm", "3").returncode == 0
+    resp = alice.chat()
+    assert resp.status_code == 429
+    assert resp.json()["error"]["code"] == "key_limit_exceeded"
+    assert "3 requests per minute" in resp.json()["error"]["message"]
+    assert 1 <= int(resp.headers["retry-after"]) <= 60
+    assert olp_keys(home, "set", "alice", "--rpm", "none").returncode == 0
+    assert alice.chat().status_code == 200
+    assert olp_keys(home, "set", "alice", "--rpd", "4").returncode == 0
+    resp = alice.chat()  # 4 admitted today already
+    assert resp.status_code == 429 and "requests for today" in resp.json()["error"]["message"]
+
+
+def test_allow_lists_and_models_per_key(home: Path, server: ProcessServer) -> None:
+    owner = Client(server.base_url, OWNER_TOKEN)
+    everything = owner.models()
+    assert {"a-small", "a-large", "b-model", "both", "beta-only"} <= set(everything)
+
+    globbed = Client(server.base_url, new_key(home, "--name", "g", "--models", "a-*,both"))
+    assert globbed.models() == ["a-large", "a-small", "both"]
+    assert globbed.chat("a-large").status_code == 200
+    resp = globbed.chat("b-model")
+    assert resp.status_code == 403
+    assert resp.json()["error"]["code"] == "model_not_allowed"
+
+    # Only provider beta: models served only by alpha disappear, even when the model
+    # list itself would allow them; a chain through both keeps only beta's hop.
+    beta_only = Client(server.base_url, new_key(home, "--name", "b", "--providers", "beta"))
+    assert "a-small" not in beta_only.models() and "a-large" not in beta_only.models()
+    assert {"b-model", "both", "beta-only"} <= set(beta_only.models())
+    assert beta_only.chat("a-small").json()["error"]["code"] == "model_not_allowed"
+    served = beta_only.chat("both")
+    assert served.status_code == 200
+    assert served.headers["x-olp-provider-used"] == "beta"
+
+    # Changed from the CLI: the next /v1/models call follows.
+    assert olp_keys(home, "set", "g", "--models", "b-*").returncode == 0
+    assert globbed.models() == ["b-model"]
+
+
+def test_owner_endpoints_refuse_members(home: Path, server: ProcessServer) -> None:
+    url = f"{server.base_url}/v0/management/quota"
+    member = new_key(home, "--name", "kid")
+    resp = httpx.get(url, headers={"authorization": f"Bearer {member}"})
+    assert resp.status_code == 403
+    assert resp.json()["error"]["code"] == "owner_required"
+    owner_key = new_key(home, "--name", "laptop", "--tier", "owner")
+    assert httpx.get(url, headers={"authorization": f"Bearer {owner_key}"}).status_code == 200
+    assert httpx.get(url, headers={"authorization": f"Bearer {OWNER_TOKEN}"}).status_code == 200
+    assert httpx.get(url).status_code == 401
+
+
+def test_last_used_is_written_by_the_server(home: Path, upstream: FakeUpstream) -> None:
+    with ProcessServer(home) as server:
+        key = new_key(home, "--name", "alice")
+        unused = new_key(home, "--name", "idle")
+        assert Client(server.base_url, key).chat().status_code == 200
+        assert unused
+    # Written in batches, and the last batch on shutdown.
+    listed = json.loads(olp_keys(home, "list", "--json").stdout)["keys"]
+    by_name = {k["name"]: k for k in listed}
+    assert by_name["alice"]["last_used"] is not None
+    assert by_name["idle"]["last_used"] is None
+
+
+def test_damaged_key_file_stops_olp_start_with_a_clear_message(home: Path) -> None:
+    db = keys_db_path(home)
+    db.write_bytes(b"SQLite format 3\x00" + b"garbage" * 100)
+    env = {**os.environ, **server_env(home)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "olp", "start"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "keys.db" in proc.stderr and "move it aside" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert db.read_bytes().startswith(b"SQLite format 3\x00garbage")  # left in place
+
+
+# -- in-process: the authenticator itself, and owner-only from other machines ------------
+
+
+def test_authenticator_sees_changes_from_another_connection(tmp_path: Path) -> None:
+    path = keys_db_path(tmp_path)
+    auth = DbAuthenticator(path, [], allow_anonymous=False)
+    other = KeyStore.open(path)  # stands in for the CLI
+    new = other.create("alice")
+    assert auth.authenticate(new.secret).key_id == new.record.id
+    other.update("alice", rpm=7, allowed_models=("gpt-*",))
+    identity = auth.authenticate(new.secret)
+    assert identity.limits.rpm == 7 and identity.allowed_models == ("gpt-*",)
+    other.revoke(new.record.id)
+    with pytest.raises(InvalidApiKey):
+        auth.authenticate(new.secret)
+    other.close()
+    asyncio.run(auth.aclose())
+
+
+def _request(client: str) -> Request:
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/v0/management/quota",
+        "headers": [(b"authorization", f"Bearer {OWNER_TOKEN}".encode())],
+        "client": (client, 50000),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b""}
+
+    return Request(scope, receive)
+
+
+@pytest.mark.parametrize("loopback_only", [True, False])
+def test_owner_endpoints_from_another_machine(tmp_path: Path, loopback_only: bool) -> None:
+    home = tmp_path / "home"
+    write_config(home, {"providers": {}, "auth": {"owner_endpoints_loopback_only": loopback_only}})
+    app = create_app(load_config(server_env(home), detect_local_servers=False))
+    try:
+        assert require_owner(app.ctx, _request("127.0.0.1")).is_owner
+        if loopback_only:
+            with pytest.raises(Forbidden, match="owner_endpoints_loopback_only") as info:
+                require_owner(app.ctx, _request("203.0.113.9"))
+            assert info.value.code == "owner_required"
+            assert info.value.http_status == 403
+        else:
+            assert require_owner(app.ctx, _request("203.0.113.9")).is_owner
+    finally:
+        asyncio.run(app.aclose())

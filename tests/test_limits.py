@@ -1,0 +1,209 @@
+"""Per-key limits with an injectable clock: each window, its reset, and the 429 on the wire."""
+
+from __future__ import annotations
+
+import calendar
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from olp.accounts.identity import Identity, KeyLimits
+from olp.accounts.keystore import KeyStore, keys_db_path
+from olp.accounts.limits import LimitKeeper, UsageSeed
+from olp.errors import KeyLimitExceeded
+
+from fakes.upstream import FakeUpstream
+from olp_server import OWNER_TOKEN, olp_server
+
+# 2027-03-10 12:00:00.25 UTC: mid-day, mid-month, a quarter into a second.
+NOON = calendar.timegm((2027, 3, 10, 12, 0, 0)) + 0.25
+MIDNIGHT = calendar.timegm((2027, 3, 11, 0, 0, 0))
+
+
+class FakeClock:
+    def __init__(self, now: float = NOON) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def member(**limits: Any) -> Identity:
+    return Identity(key_id="key_alice001", name="alice", tier="member", limits=KeyLimits(**limits))
+
+
+def admit(keeper: LimitKeeper, who: Identity) -> None:
+    keeper.check(who)
+    keeper.on_request(who.key_id)
+
+
+def refused(keeper: LimitKeeper, who: Identity) -> KeyLimitExceeded:
+    with pytest.raises(KeyLimitExceeded) as info:
+        keeper.check(who)
+    assert info.value.code == "key_limit_exceeded"
+    assert info.value.http_status == 429
+    return info.value
+
+
+def test_requests_per_minute_slide_and_free_with_the_oldest_second() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(rpm=3)
+    for offset in (0, 20, 40):
+        clock.now = NOON + offset
+        admit(keeper, alice)
+    clock.now = NOON + 50
+    err = refused(keeper, alice)
+    # The first request (second 12:00:00) leaves the window at 12:01:00.
+    assert err.retry_after == pytest.approx(int(NOON) + 60 - (NOON + 50))
+    assert "3 requests per minute" in err.message
+    clock.now = int(NOON) + 60  # exactly when that second drops out
+    admit(keeper, alice)
+    err = refused(keeper, alice)  # now 20, 40 and 60 are in the window
+    assert err.retry_after == pytest.approx(20)
+
+
+def test_requests_per_minute_waits_for_enough_old_requests_to_leave() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(rpm=4)
+    for offset in (0, 0, 10, 10):
+        clock.now = NOON + offset
+        admit(keeper, alice)
+    # An owner lowers the limit to 2 while 4 requests are in the window: room for one
+    # more only after 3 have left, i.e. after the second 12:00:10 has gone.
+    alice = member(rpm=2)
+    clock.now = NOON + 30
+    assert refused(keeper, alice).retry_after == pytest.approx(int(NOON) + 70 - clock.now)
+
+
+def test_requests_per_day_reset_at_utc_midnight() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(rpd=2)
+    admit(keeper, alice)
+    clock.now += 3600
+    admit(keeper, alice)
+    err = refused(keeper, alice)
+    assert err.retry_after == pytest.approx(MIDNIGHT - clock.now)
+    assert "2 requests for today" in err.message and "00:00 UTC" in err.message
+    clock.now = MIDNIGHT - 0.001
+    refused(keeper, alice)
+    clock.now = MIDNIGHT
+    admit(keeper, alice)
+
+
+def test_tokens_per_day_count_after_the_answer() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(tpd=1000)
+    admit(keeper, alice)
+    keeper.on_usage(alice.key_id, 600, 0.0)
+    admit(keeper, alice)  # 600 < 1000: still room (the answer may overshoot)
+    keeper.on_usage(alice.key_id, 450, 0.0)
+    err = refused(keeper, alice)
+    assert "1050 of its 1000 tokens" in err.message
+    assert err.retry_after == pytest.approx(MIDNIGHT - NOON)
+    clock.now = MIDNIGHT + 1
+    admit(keeper, alice)
+    assert keeper.usage(alice.key_id).tokens_today == 0
+
+
+def test_usd_per_month_resets_on_the_first_even_across_the_year() -> None:
+    clock = FakeClock(calendar.timegm((2027, 12, 31, 23, 0, 0)))
+    keeper = LimitKeeper(clock)
+    alice = member(usd_month=5.0)
+    admit(keeper, alice)
+    keeper.on_usage(alice.key_id, 10, 5.01)
+    err = refused(keeper, alice)
+    new_year = calendar.timegm((2028, 1, 1, 0, 0, 0))
+    assert err.retry_after == pytest.approx(new_year - clock.now)
+    assert "$5.01 of its $5.00" in err.message and "2028-01-01" in err.message
+    clock.now = new_year
+    admit(keeper, alice)
+
+
+def test_when_several_limits_are_reached_the_latest_reset_wins() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(rpm=1, rpd=1)
+    admit(keeper, alice)
+    err = refused(keeper, alice)
+    assert err.retry_after == pytest.approx(MIDNIGHT - NOON)  # not the rpm's 60 s
+    assert "requests for today" in err.message
+
+
+def test_keys_without_limits_are_never_refused() -> None:
+    keeper = LimitKeeper(FakeClock())
+    owner = Identity(key_id="owner", name="owner", tier="owner")
+    for _ in range(10_000):
+        admit(keeper, owner)
+    assert keeper.usage("owner").requests_today == 10_000
+    # An owner key with limits set on it is limited like any other.
+    limited_owner = Identity(
+        key_id="owner", name="owner", tier="owner", limits=KeyLimits(rpd=10_000)
+    )
+    refused(keeper, limited_owner)
+
+
+def test_seed_carries_counts_across_a_restart() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    keeper.seed(
+        [
+            UsageSeed(
+                "key_alice001",
+                requests_today=5,
+                tokens_today=70,
+                usd_month=1.5,
+                recent_requests=(NOON - 10, NOON - 5, NOON - 120, NOON + 999),
+            ),
+        ]
+    )
+    usage = keeper.usage("key_alice001")
+    assert (usage.requests_today, usage.tokens_today, usage.usd_month) == (5, 70, 1.5)
+    assert usage.requests_last_minute == 2  # the stale and the future time are ignored
+    refused(keeper, member(rpd=5))
+    refused(keeper, member(rpm=2))
+    refused(keeper, member(tpd=70))
+    refused(keeper, member(usd_month=1.5))
+    keeper.check(member(rpd=6, rpm=3, tpd=71, usd_month=1.6))
+
+
+def test_limit_over_http_is_429_with_retry_after(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "olp-home"
+    store = KeyStore.open(keys_db_path(home))
+    key = store.create("alice", limits=KeyLimits(rpm=2)).secret
+    store.close()
+    clock = FakeClock()
+    config = {
+        "providers": {
+            "up": {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+        },
+    }
+
+    def ask() -> dict[str, Any]:  # a new question each time: no cache hit hides a call
+        return {"model": "m", "messages": [{"role": "user", "content": uuid.uuid4().hex}]}
+
+    with olp_server(tmp_path, config, clock=clock) as olp:
+        url = f"{olp.base_url}/v1/chat/completions"
+        auth = {"authorization": f"Bearer {key}"}
+        assert httpx.post(url, json=ask(), headers=auth).status_code == 200
+        clock.now += 1
+        assert httpx.post(url, json=ask(), headers=auth).status_code == 200
+        clock.now += 10
+        resp = httpx.post(url, json=ask(), headers=auth)
+        assert resp.status_code == 429
+        assert resp.json()["error"]["code"] == "key_limit_exceeded"
+        assert resp.json()["error"]["type"] == "rate_limit_error"
+        # First request at 12:00:00.25 leaves the window at 12:01:00; now 12:00:11.25.
+        assert resp.headers["retry-after"] == "49"
+        assert resp.headers["x-olp-request-id"].startswith("req_")
+        owner = {"authorization": f"Bearer {OWNER_TOKEN}"}
+        assert httpx.post(url, json=ask(), headers=owner).status_code == 200  # others unaffected
+        clock.now = int(NOON) + 60
+        assert httpx.post(url, json=ask(), headers=auth).status_code == 200
+    assert upstream.calls == 4  # the refused request never reached a provider

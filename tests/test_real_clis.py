@@ -1,0 +1,269 @@
+"""The real `claude` and `qwen` CLIs end to end through OLP, against FakeUpstream on
+127.0.0.1 reached through the provider's `env` (ANTHROPIC_BASE_URL / OPENAI_BASE_URL):
+a streamed answer, a rate limit that falls back to the next hop, a usage limit that cools
+the provider down until its reset, and what the CLI really sent upstream (no tools).
+
+The CLIs are installed by `real_cli` (cached between runs); without a reachable registry
+these tests skip, loudly.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from real_cli import RealCli, real_cli
+
+from fakes.upstream import FakeUpstream, RecordedRequest, Status, Text
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+
+pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
+
+SYSTEM = "You are terse. OLP-SYSTEM-MARKER"
+ANSWER = "Streaming through the real CLI works."
+
+
+@pytest.fixture(scope="module")
+def claude() -> RealCli:
+    return real_cli("claude")
+
+
+@pytest.fixture(scope="module")
+def qwen() -> RealCli:
+    return real_cli("qwen")
+
+
+@pytest.fixture
+def upstream() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        yield up
+
+
+@pytest.fixture
+def beta() -> Iterator[FakeUpstream]:
+    with FakeUpstream() as up:
+        up.script(*[Text("from beta")] * 4)
+        yield up
+
+
+def config(
+    cli: str, real: RealCli, env: dict[str, str], beta: FakeUpstream, **timeouts: int
+) -> dict[str, Any]:
+    return {
+        "providers": {
+            "real": {
+                "type": f"{cli}-cli",
+                "command": str(real.command),
+                "env": {"PATH": real.path, **env},
+                "timeouts": {
+                    "first_byte_ms": 60_000,
+                    "idle_ms": 60_000,
+                    "total_ms": 120_000,
+                    **timeouts,
+                },
+                "consent": True,
+            },
+            "beta": {"type": "openai-http", "base_url": beta.openai_base_url},
+        },
+        "routing": {
+            "chains": {
+                "chat": [
+                    {"provider": "real", "model": real.model},
+                    {"provider": "beta", "model": "b"},
+                ]
+            }
+        },
+        "cache": {"enabled": False},
+    }
+
+
+def claude_env(up: FakeUpstream, **extra: str) -> dict[str, str]:
+    return {"ANTHROPIC_BASE_URL": up.base_url, "ANTHROPIC_API_KEY": "sk-ant-fake", **extra}
+
+
+def qwen_env(up: FakeUpstream) -> dict[str, str]:
+    return {"OPENAI_BASE_URL": up.openai_base_url, "OPENAI_API_KEY": "sk-fake-qwen"}
+
+
+def model_requests(up: FakeUpstream) -> list[RecordedRequest]:
+    return [r for r in up.requests if r.path in ("/v1/messages", "/v1/chat/completions")]
+
+
+def stream_chat(server: ThreadServer) -> tuple[list[str], str | None, httpx.Headers]:
+    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
+    raw = client.chat.completions.with_raw_response.create(
+        model="chat",
+        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say it."}],
+        stream=True,
+    )
+    pieces, finish = [], None
+    for chunk in raw.parse():
+        if chunk.choices:
+            pieces.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+    return [p for p in pieces if p], finish, raw.headers
+
+
+def post(server: ThreadServer) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
+        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+        timeout=150,
+    )
+
+
+def detail(resp: httpx.Response) -> list[dict[str, Any]]:
+    value: list[dict[str, Any]] = json.loads(resp.headers["x-olp-fallback-detail"])
+    return value
+
+
+# -- claude -------------------------------------------------------------------------------
+
+
+def test_claude_streams_an_answer_without_tools(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    upstream.script(Text(ANSWER, chunks=4, delay_s=0.05))
+    with olp_server(tmp_path, config("claude", claude, claude_env(upstream), beta)) as olp:
+        pieces, finish, headers = stream_chat(olp)
+    assert "".join(pieces) == ANSWER
+    assert len(pieces) >= 2  # token streaming, not one block at the end
+    assert finish == "stop"
+    assert headers["x-olp-provider-used"] == "real"
+    [request] = model_requests(upstream)
+    body = request.json
+    assert body["tools"] == []  # no tool definitions reach the upstream
+    assert body["model"] == "claude-sonnet-4-5"
+    assert body["stream"] is True
+    system = json.dumps(body["system"])
+    assert "OLP-SYSTEM-MARKER" in system
+    assert "Say it." in json.dumps(body["messages"])
+    assert request.headers["x-api-key"] == "sk-ant-fake"
+    assert beta.calls == 0
+
+
+def test_claude_rate_limit_falls_back_at_once(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    error = {"type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}
+    upstream.script(Status(429, error, {"retry-after": "20"}))
+    with olp_server(tmp_path, config("claude", claude, claude_env(upstream), beta)) as olp:
+        started = time.monotonic()
+        resp = post(olp)
+        took = time.monotonic() - started
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [hop] = detail(resp)
+    assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "RATE_LIMITED", "fallback")
+    assert len(model_requests(upstream)) == 1  # the CLI's own retries are off
+    assert took < 30
+
+
+def _unified_rejected(resets_at: int) -> dict[str, str]:
+    """Anthropic's subscription usage-limit headers (as fixtures/cli/_tools/fakellm.py)."""
+    return {
+        "anthropic-ratelimit-unified-status": "rejected",
+        "anthropic-ratelimit-unified-reset": str(resets_at),
+        "anthropic-ratelimit-unified-representative-claim": "five_hour",
+        "anthropic-ratelimit-unified-5h-status": "rejected",
+        "anthropic-ratelimit-unified-5h-reset": str(resets_at),
+        "anthropic-ratelimit-unified-5h-utilization": "1.02",
+        "anthropic-ratelimit-unified-7d-status": "allowed",
+        "anthropic-ratelimit-unified-7d-reset": str(resets_at + 4 * 86400),
+        "anthropic-ratelimit-unified-7d-utilization": "0.41",
+        "anthropic-ratelimit-unified-overage-status": "rejected",
+        "anthropic-ratelimit-unified-overage-disabled-reason": "org_level_disabled",
+    }
+
+
+def test_claude_usage_limit_cools_the_provider_down_until_its_reset(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    resets_at = int(time.time()) + 2 * 3600
+    error = {
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "This request would exceed your limit."},
+    }
+    upstream.script(Status(429, error, _unified_rejected(resets_at)))
+    # A (fake) subscription login: the CLI only reads unified headers for subscribers.
+    env = claude_env(upstream, CLAUDE_CODE_OAUTH_TOKEN="sk-ant-oat01-fake")
+    del env["ANTHROPIC_API_KEY"]
+    with olp_server(tmp_path, config("claude", claude, env, beta)) as olp:
+        first = post(olp)
+        second = post(olp)
+    assert first.status_code == 200
+    [hop] = detail(first)
+    assert hop["code"] == "QUOTA_EXHAUSTED"
+    assert "limit" in hop["message"]
+    [skipped] = detail(second)
+    assert (skipped["code"], skipped["trigger"]) == ("COOLDOWN", "skip")
+    left = float(skipped["message"].split("cooling down for ")[1].split("s")[0])
+    assert resets_at - time.time() - 120 <= left <= resets_at - time.time() + 1
+    assert len(model_requests(upstream)) == 1  # the second request did not run the CLI
+    assert beta.calls == 2
+
+
+# -- qwen ---------------------------------------------------------------------------------
+
+
+def test_qwen_streams_an_answer_without_tools(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    upstream.script(Text(ANSWER, chunks=4, delay_s=0.05))
+    with olp_server(tmp_path, config("qwen", qwen, qwen_env(upstream), beta)) as olp:
+        pieces, finish, headers = stream_chat(olp)
+    assert "".join(pieces) == ANSWER
+    assert len(pieces) >= 2
+    assert finish == "stop"
+    assert headers["x-olp-provider-used"] == "real"
+    [request] = model_requests(upstream)  # --bare: no background memory request
+    body = request.json
+    assert body.get("tools", []) == []
+    assert body["model"] == "qwen3-coder-plus"
+    assert body["messages"][0] == {"role": "system", "content": SYSTEM}
+    assert "Say it." in json.dumps(body["messages"][-1])
+    assert beta.calls == 0
+
+
+def test_qwen_api_error_answer_is_an_error_not_content(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """Qwen Code reports a rejected key as a successful `[API Error: 401 …]` answer with
+    exit status 0: OLP makes it the auth failure it is (502, no fallback)."""
+    error = {"error": {"message": "Incorrect API key provided", "type": "invalid_request_error"}}
+    upstream.script(Status(401, error))
+    with olp_server(tmp_path, config("qwen", qwen, qwen_env(upstream), beta)) as olp:
+        resp = post(olp)
+    assert resp.status_code == 502
+    body = resp.json()["error"]
+    assert body["code"] == "provider_auth_failed"
+    assert body["message"].startswith("qwen: [API Error: 401")
+    assert beta.calls == 0
+
+
+def test_qwen_rate_limit_falls_back_after_the_idle_timeout(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """Qwen Code retries a 429 — usage limits included — for minutes and says nothing
+    meanwhile (no knob turns that off in --bare mode): OLP's idle timeout ends it, the
+    next hop serves, and no cooldown can be taken because no reset time was seen."""
+    quota = {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}
+    upstream.script(*[Status(429, quota)] * 200)
+    conf = config("qwen", qwen, qwen_env(upstream), beta, idle_ms=3000)
+    with olp_server(tmp_path, conf) as olp:
+        resp = post(olp)
+        again = post(olp)
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [hop] = detail(resp)
+    assert (hop["code"], hop["trigger"]) == ("TIMEOUT", "fallback")
+    assert len(model_requests(upstream)) >= 1
+    assert detail(again)[0]["code"] == "TIMEOUT"  # tried again: nothing to cool down for
