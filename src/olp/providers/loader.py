@@ -8,6 +8,7 @@ from importlib.metadata import entry_points
 from olp.config import Config
 from olp.errors import ConfigError
 from olp.providers.base import Provider, ProviderPlugin
+from olp.registry import Registry, load_registry
 
 __all__ = ["ENTRY_POINT_GROUP", "build_providers", "load_plugins"]
 
@@ -25,8 +26,15 @@ def load_plugins() -> dict[str, ProviderPlugin]:
     return plugins
 
 
-def build_providers(config: Config, plugins: Mapping[str, ProviderPlugin]) -> dict[str, Provider]:
-    """One provider object per *enabled* configured provider."""
+def build_providers(
+    config: Config, plugins: Mapping[str, ProviderPlugin], registry: Registry | None = None
+) -> dict[str, Provider]:
+    """One provider object per *enabled* configured provider.
+
+    Risk tiers (docs/providers.md): tier A cannot be enabled at all; tier B only with the
+    owner's consent recorded in config (`"consent": true`).
+    """
+    registry = registry or load_registry()
     providers: dict[str, Provider] = {}
     for name, pconf in config.enabled_providers().items():
         plugin = plugins.get(pconf.type)
@@ -35,5 +43,22 @@ def build_providers(config: Config, plugins: Mapping[str, ProviderPlugin]) -> di
             raise ConfigError(
                 f"providers.{name}.type", f"unknown provider type {pconf.type!r} (known: {known})"
             )
+        _check_tier(name, pconf.type, pconf.consent, registry)
         providers[name] = plugin.factory(pconf)
     return providers
+
+
+def _check_tier(name: str, ptype: str, consent: bool, registry: Registry) -> None:
+    info = registry.provider_type(ptype)
+    tier = info.risk_tier if info is not None else None
+    meaning = registry.risk_tiers.get(tier or "", "")
+    if tier == "A":
+        raise ConfigError(
+            f"providers.{name}", f"{ptype} is risk tier A ({meaning}); set enabled to false"
+        )
+    if tier == "B" and not consent:
+        raise ConfigError(
+            f"providers.{name}.consent",
+            f"{ptype} is risk tier B ({meaning}): your subscription could be revoked for "
+            'using it through a proxy. If you accept that, set "consent": true',
+        )

@@ -12,9 +12,9 @@ from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.keystore import keys_db_path
 from olp.accounts.ledger import Ledger
 from olp.accounts.ledger_rows import LEDGER_FILE
-from olp.accounts.usage_query import read_limit_seeds
 from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
+from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import FallbackEngine, Router
@@ -79,7 +79,7 @@ def create_app(
 ) -> OLPApp:
     """Build the ASGI app. Raises ConfigError if a provider cannot be built."""
     registry = registry or load_registry()
-    providers = build_providers(config, load_plugins() if plugins is None else plugins)
+    providers = build_providers(config, load_plugins() if plugins is None else plugins, registry)
     cooldowns = Cooldowns(clock)
     quota = QuotaBook(cooldowns, config.routing.soft_triggers, _snapshots(providers), clock)
     engine = FallbackEngine(
