@@ -23,6 +23,7 @@ from olp.observability import event_logger
 from olp.storage import DatabaseError, Migration, open_database
 
 __all__ = [
+    "MIGRATIONS",
     "DiskWriter",
     "IndexRow",
     "Row",
@@ -49,6 +50,19 @@ MIGRATIONS = (
             used_at REAL NOT NULL,
             body BLOB NOT NULL,
             PRIMARY KEY (namespace, key)
+        )
+        """,
+    ),
+    # Requests from `olp cache clear` (another process) for the running server, whose
+    # index lives in memory; it polls and applies them.
+    Migration(
+        2,
+        """
+        CREATE TABLE control (
+            id INTEGER PRIMARY KEY,
+            action TEXT NOT NULL,
+            namespace TEXT,
+            requested_at REAL NOT NULL
         )
         """,
     ),

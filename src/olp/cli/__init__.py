@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from olp import __version__
+from olp.cli.cache import cache
 from olp.cli.config_cmd import config_group
 from olp.cli.doctor import doctor
 from olp.cli.keys import keys_group
@@ -40,6 +41,7 @@ def cli() -> None:
 cli.add_command(start)
 cli.add_command(config_group)
 cli.add_command(doctor)
+cli.add_command(cache)
 cli.add_command(keys_group)
 cli.add_command(quota)
 cli.add_command(providers)

@@ -25,6 +25,7 @@ from olp.providers.loader import build_providers, load_plugins
 from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore, soft_trigger_warnings
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
+from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
 from olp.server.chat import chat_completions
 from olp.server.context import AppContext
 from olp.server.dashboard_api import dashboard_data
@@ -51,6 +52,8 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/models": {"GET": list_models},
     "/health": {"GET": health},
     "/v0/management/quota": {"GET": quota_status},
+    "/cache/stats": {"GET": cache_stats},
+    "/cache": {"DELETE": clear_cache},
     "/v0/management/usage": {"GET": usage_status},
     "/v0/management/status": {"GET": management_status},
     "/v0/management/dashboard": {"GET": dashboard_data},
@@ -165,6 +168,8 @@ class OLPApp:
                 self.quota_sync.start()
                 if isinstance(self.ctx.auth, DbAuthenticator):
                     self._background.append(asyncio.create_task(self.ctx.auth.run_background()))
+                poller = CacheControlPoller(self.ctx)
+                self._background.append(asyncio.create_task(poller.run()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()

@@ -26,6 +26,7 @@ class AnthropicHttpProvider:
             streaming="token",
             max_concurrent=config.max_concurrent,
             cacheable=config.cacheable,
+            prompt_cache_markers=True,
             drops=translate.DROPS,
         )
         self._base_url = (config.base_url or DEFAULT_BASE_URL).rstrip("/")

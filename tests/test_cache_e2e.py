@@ -1,0 +1,353 @@
+"""The response cache through a real OLP: hits, singleflight, namespaces, bypass, surfaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+
+from olp.accounts import KeyLimits
+from olp.accounts.keystore import KeyStore, keys_db_path
+
+AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
+QUESTION = [{"role": "user", "content": "What is 2+2?"}]
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def config(up: FakeUpstream, **extra: Any) -> dict[str, Any]:
+    return {
+        "providers": {
+            "up": {"type": "openai-http", "base_url": up.openai_base_url, "models": ["m"]}
+        },
+        **extra,
+    }
+
+
+@pytest.fixture
+def olp(tmp_path: Path, upstream: FakeUpstream) -> Iterator[ThreadServer]:
+    with olp_server(tmp_path, config(upstream)) as server:
+        yield server
+
+
+def client(server: ThreadServer, key: str = OWNER_TOKEN) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0)
+
+
+def ask(
+    server: ThreadServer,
+    *,
+    stream: bool = False,
+    key: str = OWNER_TOKEN,
+    headers: dict[str, str] | None = None,
+    content: str = "What is 2+2?",
+) -> httpx.Response:
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions",
+        timeout=20,
+        headers={"authorization": f"Bearer {key}", **(headers or {})},
+        json={"model": "m", "stream": stream, "messages": [{"role": "user", "content": content}]},
+    )
+
+
+def sse_text(body: str) -> str:
+    text = ""
+    for line in body.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line[6:]).get("choices", []):
+                text += choice["delta"].get("content") or ""
+    return text
+
+
+def member_key(home: Path, name: str) -> tuple[str, str]:
+    store = KeyStore.open(keys_db_path(home))
+    try:
+        created = store.create(name, tier="member", limits=KeyLimits())
+        return created.record.id, created.secret
+    finally:
+        store.close()
+
+
+def test_second_request_is_a_hit_without_upstream_call(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    upstream.script(Text("four", chunks=1))
+    first = client(olp).chat.completions.with_raw_response.create(model="m", messages=QUESTION)
+    second = client(olp).chat.completions.with_raw_response.create(model="m", messages=QUESTION)
+    assert first.headers["x-olp-cache"] == "miss"
+    assert second.headers["x-olp-cache"] == "hit"
+    assert second.parse().choices[0].message.content == "four"
+    assert second.headers["x-olp-provider-used"] == "up"
+    assert upstream.calls == 1
+
+
+def test_streamed_hit_replays_a_valid_sse_stream(olp: ThreadServer, upstream: FakeUpstream) -> None:
+    upstream.script(Text("one two three", chunks=3))
+    live = list(client(olp).chat.completions.create(model="m", messages=QUESTION, stream=True))
+    raw = client(olp).chat.completions.with_raw_response.create(
+        model="m", messages=QUESTION, stream=True, stream_options={"include_usage": True}
+    )
+    replayed = list(raw.parse())
+    assert raw.headers["x-olp-cache"] == "hit"
+
+    def text(chunks: list[Any]) -> list[str]:
+        return [
+            c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content
+        ]
+
+    assert len(text(live)) == 3
+    assert text(replayed) == text(live)  # the same chunk boundaries
+    assert "".join(text(replayed)) == "one two three"
+    assert replayed[-1].usage is not None
+    assert upstream.calls == 1
+    # A streamed miss fills the cache for a non-streaming hit too.
+    done = client(olp).chat.completions.create(model="m", messages=QUESTION)
+    assert done.choices[0].message.content == "one two three"
+    assert upstream.calls == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_fifty_concurrent_identical_requests_make_one_upstream_call(
+    olp: ThreadServer, upstream: FakeUpstream, stream: bool
+) -> None:
+    upstream.script(Slow(first_byte_delay_s=0.3, chunk_delay_s=0.05))
+    with ThreadPoolExecutor(50) as pool:
+        replies = list(pool.map(lambda _: ask(olp, stream=stream), range(50)))
+    assert all(r.status_code == 200 for r in replies)
+    texts = {
+        sse_text(r.text) if stream else r.json()["choices"][0]["message"]["content"]
+        for r in replies
+    }
+    assert len(texts) == 1 and texts != {""}
+    assert upstream.calls == 1
+
+
+def test_follower_joining_mid_stream_gets_the_whole_answer(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
+    first: list[str] = []
+    leader = threading.Thread(target=lambda: first.append(ask(olp, stream=True).text))
+    leader.start()
+    time.sleep(0.5)  # the leader is mid-stream
+    follower = ask(olp, stream=True)
+    leader.join()
+    assert sse_text(follower.text) == sse_text(first[0]) == "a b c d e f"
+    assert upstream.calls == 1
+
+
+def test_leader_disconnecting_does_not_cut_a_follower(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
+    body = json.dumps({"model": "m", "stream": True, "messages": QUESTION}).encode()
+    raw = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
+        f"{OWNER_TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
+        "\r\n\r\n"
+    ).encode() + body
+    sock = socket.create_connection(("127.0.0.1", olp.port))
+    sock.sendall(raw)
+    assert b"200 OK" in sock.recv(65536)
+    result: list[httpx.Response] = []
+    follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
+    follower.start()
+    time.sleep(0.3)
+    sock.close()  # the leader's client goes away
+    follower.join()
+    assert sse_text(result[0].text) == "a b c d e f"
+    assert upstream.calls == 1
+    assert upstream.disconnects == []  # the upstream call lived on for the follower
+
+
+def test_a_key_never_sees_another_keys_entries(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "olp-home"
+    _, alice = member_key(home, "alice")
+    bob_id, bob = member_key(home, "bob")
+    with olp_server(tmp_path, config(upstream)) as server:
+        assert ask(server, key=alice).headers["x-olp-cache"] == "miss"
+        assert ask(server, key=alice).headers["x-olp-cache"] == "hit"
+        assert ask(server, key=bob).headers["x-olp-cache"] == "miss"
+        assert upstream.calls == 2
+        own = httpx.get(
+            f"{server.base_url}/cache/stats", headers={"authorization": f"Bearer {bob}"}
+        ).json()
+        assert own["namespace"] == bob_id
+        assert own["hits"] == 0 and own["misses"] == 1 and own["entries"] == 1
+        everything = httpx.get(f"{server.base_url}/cache/stats", headers=AUTH).json()
+        assert everything["hits"] == 1 and everything["entries"] == 2
+        assert set(everything["namespaces"]) >= {bob_id}
+
+
+def test_bypass_headers(olp: ThreadServer, upstream: FakeUpstream) -> None:
+    assert ask(olp, headers={"cache-control": "no-store"}).headers["x-olp-cache"] == "bypass"
+    assert ask(olp).headers["x-olp-cache"] == "miss"  # no-store wrote nothing
+    fresh = ask(olp, headers={"cache-control": "no-cache"})
+    assert fresh.headers["x-olp-cache"] == "bypass"  # skipped the lookup ...
+    assert upstream.calls == 3
+    assert ask(olp).headers["x-olp-cache"] == "hit"  # ... but stored the answer
+    assert upstream.calls == 3
+
+
+def test_truncated_answers_are_not_cached(olp: ThreadServer, upstream: FakeUpstream) -> None:
+    upstream.script(DieMidStream(after_chunks=2))
+    cut = ask(olp, stream=True)
+    assert '"finish_reason":"length"' in cut.text
+    again = ask(olp, stream=True)
+    assert again.headers["x-olp-cache"] == "miss"
+    assert upstream.calls == 2
+
+
+def test_errors_are_not_cached(olp: ThreadServer, upstream: FakeUpstream) -> None:
+    upstream.script(Status(400, {"error": {"message": "bad"}}))
+    assert ask(olp).status_code == 400
+    assert ask(olp).status_code == 200
+    assert upstream.calls == 2
+
+
+def test_ttl_expiry_with_an_injectable_clock(tmp_path: Path, upstream: FakeUpstream) -> None:
+    clock = FakeClock()
+    with olp_server(tmp_path, config(upstream, cache={"ttl_s": 60}), clock=clock) as server:
+        ask(server)
+        clock.now += 59
+        assert ask(server).headers["x-olp-cache"] == "hit"
+        clock.now += 2
+        assert ask(server).headers["x-olp-cache"] == "miss"
+    assert upstream.calls == 2
+
+
+def test_entries_survive_a_restart(tmp_path: Path, upstream: FakeUpstream) -> None:
+    with olp_server(tmp_path, config(upstream)) as server:
+        ask(server)
+    with olp_server(tmp_path, config(upstream)) as server:
+        assert ask(server).headers["x-olp-cache"] == "hit"
+    assert upstream.calls == 1
+
+
+def test_a_corrupted_cache_file_does_not_stop_olp(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "olp-home"
+    home.mkdir()
+    (home / "cache.db").write_bytes(b"this is not a database" * 100)
+    with olp_server(tmp_path, config(upstream)) as server:
+        assert ask(server).status_code == 200
+        assert ask(server).headers["x-olp-cache"] == "hit"
+    assert any(p.name.startswith("cache.db.corrupt-") for p in home.iterdir())
+
+
+def test_a_cooling_primary_does_not_hide_the_next_hops_cached_answer(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    with FakeUpstream() as primary:
+        cfg = {
+            "providers": {
+                "primary": {"type": "openai-http", "base_url": primary.openai_base_url},
+                "backup": {"type": "openai-http", "base_url": upstream.openai_base_url},
+            },
+            "routing": {
+                "chains": {
+                    "m": [
+                        {"provider": "primary", "model": "p"},
+                        {"provider": "backup", "model": "b"},
+                    ]
+                }
+            },
+        }
+        primary.script(Status(429, {"error": {"message": "slow"}}, {"retry-after": "600"}))
+        with olp_server(tmp_path, cfg) as server:
+            assert ask(server).headers["x-olp-provider-used"] == "backup"
+            again = ask(server)
+            assert again.headers["x-olp-cache"] == "hit"
+            assert again.headers["x-olp-provider-used"] == "backup"
+        assert primary.calls == 1 and upstream.calls == 1
+
+
+def test_anthropic_cache_control_markers_bypass_anthropic_hops(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    cfg = {
+        "providers": {
+            "claude": {"type": "anthropic-http", "base_url": upstream.base_url, "models": ["m"]}
+        }
+    }
+    body = {
+        "model": "m",
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "long context", "cache_control": {"type": "ephemeral"}}
+                ],
+            }
+        ],
+    }
+    with olp_server(tmp_path, cfg) as server:
+        url = f"{server.base_url}/v1/chat/completions"
+        for _ in range(2):
+            resp = httpx.post(url, json=body, headers=AUTH)
+            assert resp.headers["x-olp-cache"] == "bypass"
+    assert upstream.calls == 2
+
+
+def test_clear_over_http_and_from_the_cli(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "olp-home"
+    member_id, member = member_key(home, "kid")
+    with olp_server(tmp_path, config(upstream)) as server:
+        ask(server)
+        ask(server, key=member)
+        forbidden = httpx.delete(
+            f"{server.base_url}/cache", headers={"authorization": f"Bearer {member}"}
+        )
+        assert forbidden.status_code == 403
+        one = httpx.delete(
+            f"{server.base_url}/cache", params={"namespace": member_id}, headers=AUTH
+        )
+        assert one.json() == {"cleared": 1, "namespace": member_id}
+        assert ask(server, key=member).headers["x-olp-cache"] == "miss"
+        assert ask(server).headers["x-olp-cache"] == "hit"
+        proc = subprocess.run(
+            [sys.executable, "-m", "olp", "cache", "clear", "--yes"],
+            env={**os.environ, "OLP_HOME": str(home)},
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert proc.returncode == 0, proc.stderr
+        deadline = time.monotonic() + 5
+        while ask(server).headers["x-olp-cache"] == "hit":
+            assert time.monotonic() < deadline, "the server did not follow `olp cache clear`"
+            time.sleep(0.2)
+
+
+def test_a_hit_is_a_hit_in_the_ledger_with_zero_cost(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    cfg = config(upstream, pricing={"m": {"input": 1000, "output": 1000}})
+    with olp_server(tmp_path, cfg) as server:
+        ask(server)
+        ask(server)
+    conn = sqlite3.connect(tmp_path / "olp-home" / "ledger.db")
+    rows = conn.execute("SELECT cache, cost_usd FROM ledger_requests ORDER BY ts").fetchall()
+    conn.close()
+    assert rows[0][0] == "miss" and rows[0][1] > 0
+    assert rows[1] == ("hit", 0.0)
