@@ -18,11 +18,12 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 from olp.accounts import KeyLimits
 from olp.accounts.keystore import KeyStore, keys_db_path
+
+from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
