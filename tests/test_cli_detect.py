@@ -10,8 +10,11 @@ from fakes.cli import install
 
 
 def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
-    bin_dir = install(tmp_path / "bin", "claude", "qwen")
+    bin_dir = install(tmp_path / "bin", "claude", "qwen", "codex", "gemini")
     home = tmp_path / "home"
+    for rel in (".codex/auth.json", ".gemini/oauth_creds.json"):
+        (home / rel).parent.mkdir(parents=True)
+        (home / rel).write_text("{}")
     (home / ".claude").mkdir(parents=True)
     (home / ".claude" / ".credentials.json").write_text("{}")
     (home / ".qwen").mkdir()
@@ -30,9 +33,12 @@ def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
     assert "claude-sonnet-4-5" in claude.models
     assert claude.user_home == home
     assert dict(claude.inherited_env) == {"PATH": f"{bin_dir}:/usr/bin", "LANG": "C.UTF-8"}
-    # Tier B: found, but never enabled without consent.
+    assert config.providers["codex"].type == "codex-cli"
+    # Tiers B and C: found, but opt-in only (B also needs consent).
     assert "qwen" not in config.providers
-    assert any("qwen-cli is risk tier B" in note for note in config.notes)
+    assert "gemini" not in config.providers
+    assert any("qwen-cli is risk tier B" in note and "consent" in note for note in config.notes)
+    assert any("gemini-cli is risk tier C" in note for note in config.notes)
 
 
 def test_cli_without_login_is_only_a_note(tmp_path: Path) -> None:

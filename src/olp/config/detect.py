@@ -84,8 +84,9 @@ class KnownCli:
     credentials: tuple[str, ...]  # relative to HOME; any one present means logged in
     login: str  # what to run when it is not
     models: tuple[str, ...]
-    # Risk tier B (docs/providers.md): never enabled without the owner's recorded consent.
-    needs_consent: bool = False
+    # Risk tiers C and B are opt-in (docs/providers.md): found, reported, never enabled
+    # without the owner writing them into config.json (B with "consent": true).
+    tier: str = "D"
 
 
 KNOWN_CLIS = (
@@ -98,13 +99,38 @@ KNOWN_CLIS = (
         ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
     ),
     KnownCli(
+        "codex-cli",
+        "codex",
+        "codex",
+        (".codex/auth.json",),
+        "run `codex login`",
+        ("gpt-5", "gpt-5-codex"),
+    ),
+    KnownCli(
+        "vibe-cli",
+        "vibe",
+        "vibe",
+        (".vibe/.env",),
+        "run `vibe` once and enter your Mistral API key",
+        ("devstral-medium-latest", "mistral-large-latest"),
+    ),
+    KnownCli(
+        "gemini-cli",
+        "gemini",
+        "gemini",
+        (".gemini/oauth_creds.json",),
+        "run `gemini` and sign in with Google",
+        ("gemini-2.5-pro", "gemini-2.5-flash"),
+        tier="C",
+    ),
+    KnownCli(
         "qwen-cli",
         "qwen",
         "qwen",
         (".qwen/oauth_creds.json",),
         "run `qwen` and log in with /auth",
         ("qwen3-coder-plus", "qwen3-coder-flash"),
-        needs_consent=True,
+        tier="B",
     ),
 )
 
@@ -166,10 +192,11 @@ def _detect_clis(
             login = " or ".join(f"~/{rel}" for rel in cli.credentials)
             notes.append(f"found {binary} but not its login ({login}): {cli.login}")
             continue
-        if cli.needs_consent:
+        if cli.tier != "D":
+            how = ' with "consent": true' if cli.tier == "B" else ""
             notes.append(
-                f"found {binary}, logged in, but not enabled: {cli.type} is risk tier B; "
-                f'add it to config.json with "consent": true (see docs/providers.md)'
+                f"found {binary}, logged in, but not enabled: {cli.type} is risk tier "
+                f"{cli.tier} (opt-in); add it to config.json{how} (see docs/providers.md)"
             )
             continue
         providers[cli.name] = ProviderConfig(

@@ -15,7 +15,7 @@
     spendBy: "key",
     spendMetric: "api_cost_usd",
     data: null,
-    skew: 0, // server clock minus browser clock, in seconds
+    skew: null, // server clock minus browser clock, in seconds
     timer: null,
     key: null,
   };
@@ -97,7 +97,7 @@
     const s = serverNow() - ts;
     return s < 5 ? "just now" : duration(s) + " ago";
   }
-  const serverNow = () => Date.now() / 1000 + ui.skew;
+  const serverNow = () => Date.now() / 1000 + (ui.skew || 0);
 
   // -- key handling ---------------------------------------------------------------------
 
@@ -167,7 +167,10 @@
     }
     const data = await resp.json();
     ui.data = data;
-    ui.skew = data.generated_at - Date.now() / 1000;
+    // The response's travel time makes each estimate a little low: keep the best one, so
+    // countdowns never step back between polls (unless the server's clock really moved).
+    const skew = data.generated_at - Date.now() / 1000;
+    ui.skew = ui.skew === null || Math.abs(skew - ui.skew) > 30 ? skew : Math.max(ui.skew, skew);
     banner("");
     $("login").hidden = true;
     $("main").hidden = false;
