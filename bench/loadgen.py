@@ -1,13 +1,18 @@
 """A bounded closed-loop HTTP/1.1 load generator, cheap enough not to be the bottleneck.
 
-C persistent connections each send the same pre-built request bytes, wait for the whole
-response, and send again, for a warm-up and then a measured window, under a hard cap on the
-number of requests. No HTTP client library: asyncio protocols on uvloop and a framing-only
-parser (bench.http1) cost a few tens of microseconds per request, where an aiohttp client
-costs 100+; on two shared cores that difference is throughput taken from the server.
+C persistent connections each send pre-built request bytes, wait for the whole response,
+and send again, for a warm-up and then a measured window, under a hard cap on the number of
+requests. By default every request is the same; with `--distinct N` the generator builds a
+ring of N requests that differ in `seed` (part of OLP's cache key) before the clock starts,
+sends each at most once, and stops (`capped`) rather than repeat one.
+
+No HTTP client library: asyncio protocols on uvloop and a framing-only parser (bench.http1)
+cost a few tens of microseconds per request, where an aiohttp client costs 100+; on two
+shared cores that difference is throughput taken from the server.
 
     python -m bench.loadgen --url http://127.0.0.1:9100/v1/chat/completions \
-        --conns 64 --duration 5 --warmup 1 [--stream] [--procs 2]
+        --conns 64 --duration 5 --warmup 1 [--stream] [--procs 2] \
+        [--token T] [--distinct 32768 --seed-base 0]
 
 Prints one JSON object (see LoadResult) on stdout.
 """
@@ -21,7 +26,8 @@ import multiprocessing
 import re
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field, replace
 from multiprocessing.synchronize import Barrier
 from typing import Any, cast
 from urllib.parse import urlsplit
@@ -43,7 +49,7 @@ _GRACE_S = 10.0  # after the window, how long in-flight requests may take to fin
 class Plan:
     host: str
     port: int
-    request: bytes
+    requests: tuple[bytes, ...]  # sent in turn; one for the same request every time
     stream: bool
     conns: int
     warmup_s: float
@@ -68,6 +74,8 @@ class _Shard:
 
     def __init__(self, plan: Plan, cap: int) -> None:
         self.plan = plan
+        self.requests = plan.requests
+        self.ring = len(plan.requests)
         self.cap = cap
         self.sent = 0
         self.result = ShardResult()
@@ -111,7 +119,6 @@ class _Conn(asyncio.Protocol):
     def __init__(self, shard: _Shard) -> None:
         self.shard = shard
         self.stream = shard.plan.stream
-        self.request = shard.plan.request
         self.parser = ResponseParser()
         self.transport: asyncio.Transport | None = None
         self.busy = False
@@ -137,8 +144,10 @@ class _Conn(asyncio.Protocol):
         self.parser.reset()
         self.ttfb = 0.0
         self.prev = b""
+        shard = self.shard
+        request = shard.requests[(shard.sent - 1) % shard.ring]  # sent counts this one
         self.t_start = time.perf_counter()
-        self.transport.write(self.request)
+        self.transport.write(request)
 
     def data_received(self, data: bytes) -> None:
         # Hot path: runs once per socket read, so it allocates as little as it can.
@@ -250,10 +259,17 @@ def _shard_process(
 
 
 def run(plan: Plan, procs: int) -> list[ShardResult]:
-    """Run the plan in `procs` processes (1 = this one), splitting connections and cap."""
+    """Run the plan in `procs` processes (1 = this one), splitting connections and cap.
+
+    Distinct requests are dealt out to the shards, so no two processes send the same one.
+    """
     procs = max(1, min(procs, plan.conns))
     conns = [plan.conns // procs + (i < plan.conns % procs) for i in range(procs)]
     caps = [max(1, plan.max_requests * c // plan.conns) for c in conns]
+    plans = [plan] * procs
+    if len(plan.requests) > 1:
+        plans = [replace(plan, requests=plan.requests[i::procs]) for i in range(procs)]
+        caps = [min(cap, len(p.requests)) for cap, p in zip(caps, plans, strict=True)]
     if procs == 1:
         return [_shard_main(plan, conns[0], caps[0], None)]
     # spawn, not fork: each shard gets a clean interpreter and its own uvloop.
@@ -261,8 +277,8 @@ def run(plan: Plan, procs: int) -> list[ShardResult]:
     barrier = ctx.Barrier(procs)
     out: multiprocessing.Queue[Any] = ctx.Queue()
     workers = [
-        ctx.Process(target=_shard_process, args=(plan, n, cap, barrier, out), daemon=True)
-        for n, cap in zip(conns, caps, strict=True)
+        ctx.Process(target=_shard_process, args=(p, n, cap, barrier, out), daemon=True)
+        for p, n, cap in zip(plans, conns, caps, strict=True)
     ]
     for w in workers:
         w.start()
@@ -337,8 +353,10 @@ def summarize(plan: Plan, shards: list[ShardResult]) -> LoadResult:
     )
 
 
-def build_request(url: str, body: bytes, token: str) -> tuple[str, int, bytes]:
-    """The request bytes, built once and written as-is for every request."""
+def build_requests(
+    url: str, bodies: Iterable[bytes], token: str
+) -> tuple[str, int, tuple[bytes, ...]]:
+    """The request bytes, built once before the clock starts and written as-is."""
     parts = urlsplit(url)
     if parts.scheme != "http" or not parts.hostname or not parts.port:
         raise SystemExit(f"--url must be http://HOST:PORT/PATH, got {url!r}")
@@ -348,9 +366,17 @@ def build_request(url: str, body: bytes, token: str) -> tuple[str, int, bytes]:
         f"Authorization: Bearer {token}\r\n"
         "Content-Type: application/json\r\n"
         "Accept: */*\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return parts.hostname, parts.port, head.encode() + body
+        "Content-Length: "
+    ).encode()
+    requests = tuple(head + b"%d\r\n\r\n" % len(body) + body for body in bodies)
+    return parts.hostname, parts.port, requests
+
+
+def request_bodies(stream: bool, distinct: int, seed_base: int) -> list[bytes]:
+    """One body, or `distinct` bodies with consecutive seeds from `seed_base`."""
+    if distinct <= 0:
+        return [request_body(stream)]
+    return [request_body(stream, seed) for seed in range(seed_base, seed_base + distinct)]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -362,18 +388,29 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-requests", type=int, default=250_000, help="hard cap")
     parser.add_argument("--procs", type=int, default=1, help="generator processes")
     parser.add_argument("--stream", action="store_true")
-    parser.add_argument("--token", default=TOKEN)
+    parser.add_argument("--token", default=TOKEN, help="the bearer token every request sends")
+    parser.add_argument(
+        "--distinct",
+        type=int,
+        default=0,
+        metavar="N",
+        help="send N different requests (seeds --seed-base …), each at most once",
+    )
+    parser.add_argument("--seed-base", type=int, default=0, help="first seed for --distinct")
     args = parser.parse_args(argv)
-    host, port, request = build_request(args.url, request_body(args.stream), args.token)
+    bodies = request_bodies(args.stream, args.distinct, args.seed_base)
+    host, port, requests = build_requests(args.url, bodies, args.token)
+    # With distinct bodies the cap is the ring: a request is never sent twice.
+    cap = min(args.max_requests, len(requests)) if args.distinct > 0 else args.max_requests
     plan = Plan(
         host=host,
         port=port,
-        request=request,
+        requests=requests,
         stream=args.stream,
         conns=args.conns,
         warmup_s=args.warmup,
         duration_s=args.duration,
-        max_requests=args.max_requests,
+        max_requests=cap,
     )
     result = summarize(plan, run(plan, args.procs))
     sys.stdout.write(orjson.dumps(asdict(result)).decode() + "\n")

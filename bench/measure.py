@@ -18,9 +18,20 @@ import orjson
 
 from bench import procs
 from bench.loadgen import LoadResult
+from bench.payloads import TOKEN
 from bench.report import Cell
 
 _REPO = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """What the generator sends: where, with which key, and whether every body differs."""
+
+    url: str
+    token: str = TOKEN
+    distinct: int = 0  # size of the ring of distinct bodies; 0 = the same body every time
+    seed_base: int = 0  # first seed of the ring (each run of the generator gets its own)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,11 +44,14 @@ class Round:
 
 
 def run_loadgen(
-    url: str, stream: bool, conns: int, warmup: float, duration: float, gen_procs: int
+    work: Workload, stream: bool, conns: int, warmup: float, duration: float, gen_procs: int
 ) -> LoadResult:
-    argv = [sys.executable, "-m", "bench.loadgen", "--url", url, "--conns", str(conns)]
+    argv = [sys.executable, "-m", "bench.loadgen", "--url", work.url, "--conns", str(conns)]
     argv += ["--duration", str(duration), "--warmup", str(warmup), "--procs", str(gen_procs)]
+    argv += ["--token", work.token]
     argv += ["--stream"] if stream else []
+    if work.distinct:
+        argv += ["--distinct", str(work.distinct), "--seed-base", str(work.seed_base)]
     # Its own session, so a failure here can kill the generator and any shard it spawned.
     proc = subprocess.Popen(
         argv, cwd=_REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
@@ -58,7 +72,7 @@ def run_loadgen(
 
 
 def measure_round(
-    url: str,
+    work: Workload,
     stream: bool,
     conns: int,
     warmup: float,
@@ -70,7 +84,7 @@ def measure_round(
     cpu0 = {s.name: s.cpu_s() for s in servers}
     ours0 = _own_cpu_s()
     busy0, wall0 = procs.machine_busy_s(), time.monotonic()
-    load = run_loadgen(url, stream, conns, warmup, duration, gen_procs)
+    load = run_loadgen(work, stream, conns, warmup, duration, gen_procs)
     busy, wall = procs.machine_busy_s() - busy0, time.monotonic() - wall0
     cpu = {s.name: s.cpu_s() - cpu0[s.name] for s in servers}
     # What the machine did beyond this run (other tenants, VM steal) competed with the
@@ -94,12 +108,13 @@ def _own_cpu_s() -> float:
     return total
 
 
-def to_cell(target: str, stream: bool, conns: int, rounds: list[Round]) -> Cell:
+def to_cell(target: str, proxy: str | None, stream: bool, conns: int, rounds: list[Round]) -> Cell:
     done = max(sum(r.load.total_requests for r in rounds), 1)
     names = rounds[0].cpu_s.keys()
     wall = sum(r.wall_s for r in rounds) * (os.cpu_count() or 1)
     return Cell(
         target=target,
+        proxy=proxy,
         stream=stream,
         conns=conns,
         rounds=tuple(r.load for r in rounds),

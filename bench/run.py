@@ -2,9 +2,10 @@
 
     python -m bench.run [--quick] [--duration S] [--rounds N] [--out docs/performance.md]
 
-Starts the fake upstream, the passthrough and OLP as separate processes, drives each with
-the load generator (its own process) for every mode and connection count, and writes the
-markdown report. All children are stopped at the end, on failure and on Ctrl-C too.
+Starts the fake upstream, the passthrough and each OLP variant (cache hit, cache miss,
+member key, no ledger, …) as separate processes, drives each row with the load generator
+(its own process) for every mode and connection count, and writes the markdown report.
+All children are stopped at the end, on failure and on Ctrl-C too.
 """
 
 from __future__ import annotations
@@ -19,33 +20,108 @@ import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
 
-from bench.measure import Round, measure_round, run_loadgen, to_cell
+from olp.accounts import KeyLimits
+
+from bench.measure import Round, Workload, measure_round, run_loadgen, to_cell
 from bench.payloads import MODEL, TOKEN
 from bench.report import Cell, RunInfo, render
-from bench.targets import OlpLaunch, Targets
+from bench.targets import SMOKE_REQUESTS, OlpLaunch, Targets, Variant
 
 REPO = Path(__file__).resolve().parent.parent
 CONNS = (1, 16, 64)
-TARGETS = ("direct", "passthrough", "olp")
+# Distinct request bodies per generator run: far more than any row completes in a round
+# (a cache miss does a few thousand per second), and the generator stops rather than
+# send one twice.
+RING = 32_768
 
 
 # --- How OLP runs in the benchmark: the one place to change it. ---------------------------
 
 
-def olp_config(upstream_port: int) -> dict[str, Any]:
+def olp_config(upstream_port: int, *, cache: bool = False, ledger: bool = True) -> dict[str, Any]:
     return {
         "providers": {
             "bench": {"type": "openai-http", "base_url": f"http://127.0.0.1:{upstream_port}/v1"}
         },
         "routing": {"chains": {MODEL: [{"provider": "bench", "model": MODEL}]}},
-        # Every request is identical: with the cache on, OLP would answer from memory and
-        # the run would measure cache hits, not the proxying path.
-        "cache": {"enabled": False},
+        # Off unless a variant measures it: every `olp` request is identical, so with the
+        # cache on OLP would answer from memory, and the run would measure cache hits,
+        # not the proxying path.
+        "cache": {"enabled": cache},
+        "ledger": {"enabled": ledger},
     }
+
+
+# Limits so high that nothing is refused: the member variant pays for checking all four.
+MEMBER_LIMITS = KeyLimits(rpm=10**9, rpd=10**9, tpd=10**12, usd_month=1e9)
+
+VARIANTS = (
+    Variant("olp", olp_config),  # owner token, cache off, ledger on (the default)
+    Variant("olp-hit", lambda port: olp_config(port, cache=True)),
+    Variant("olp-miss", lambda port: olp_config(port, cache=True)),
+    Variant("olp-member", olp_config, member_limits=MEMBER_LIMITS),
+    Variant("olp-bare", lambda port: olp_config(port, ledger=False)),
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One row of the results: an endpoint, a workload, and the connection counts it runs."""
+
+    name: str
+    endpoint: str  # "direct", "passthrough" or an OLP variant
+    about: str  # the report's legend
+    conns: tuple[int, ...] = CONNS
+    distinct: bool = False  # a new request body (seed) every request
+
+
+# The new rows run only at the connection counts their budget lines read, so that a full
+# run stays within ~6 minutes.
+ROWS = (
+    Row("direct", "direct", "the fake upstream itself, no proxy (the floor)"),
+    Row("passthrough", "passthrough", "`bench/passthrough.py`, the minimal aiohttp proxy"),
+    Row("olp", "olp", "OLP, cache off, owner token, ledger on (the default)"),
+    Row(
+        "olp-hit",
+        "olp-hit",
+        "OLP, cache on, every request identical: after the smoke check and the priming "
+        "load every request is answered from memory, no upstream call",
+        conns=(1, 64),
+    ),
+    Row(
+        "olp-miss",
+        "olp-miss",
+        "OLP, cache on, every request distinct (a new `seed`): each one misses, leads a "
+        "flight and writes its answer",
+        conns=(64,),
+        distinct=True,
+    ),
+    Row(
+        "olp-distinct",
+        "olp",
+        "the `olp` server (cache off) sent the same distinct requests as `olp-miss`: its baseline",
+        conns=(64,),
+        distinct=True,
+    ),
+    Row(
+        "olp-member",
+        "olp-member",
+        "OLP, cache off, a member key with all four limits set (rpm, rpd, tpd, usd_month, "
+        "too high to refuse anything), ledger on",
+        conns=(64,),
+    ),
+    Row(
+        "olp-bare",
+        "olp-bare",
+        'OLP, cache off, owner token (no limits), `"ledger": {"enabled": false}`: the '
+        "baseline of `olp-member`",
+        conns=(64,),
+    ),
+)
 
 
 def olp_argv(port: int) -> list[str]:
@@ -56,57 +132,81 @@ def olp_env(home: Path) -> dict[str, str]:
     return {"OLP_HOME": str(home), "OLP_OWNER_TOKEN": TOKEN, "OLP_LOG_LEVEL": "warn"}
 
 
-OLP = OlpLaunch(config=olp_config, argv=olp_argv, env=olp_env)
+OLP = OlpLaunch(variants=VARIANTS, argv=olp_argv, env=olp_env)
 
 # -------------------------------------------------------------------------------------------
 
 
-def run_cells(targets: Targets, args: argparse.Namespace) -> list[Cell]:
-    names = [t for t in TARGETS if t in targets.urls]
-    servers = list(targets.servers.values())
-    per_round = args.duration / args.rounds
-    cells = []
-    for stream in (False, True):
-        _prime(targets, names, stream, args)
-        for conns in CONNS:
-            rounds: dict[str, list[Round]] = {t: [] for t in names}
-            for i in range(args.rounds):
-                # Round-robin with a rotating start, so a burst of outside load or a slow
-                # start after the previous target spreads over all targets alike.
-                for target in names[i % len(names) :] + names[: i % len(names)]:
-                    rounds[target].append(
-                        measure_round(
-                            targets.urls[target],
+class Runner:
+    """Drives the rows; hands each generator run its own seeds and counts what was answered."""
+
+    def __init__(self, targets: Targets, args: argparse.Namespace) -> None:
+        self.targets = targets
+        self.args = args
+        self.rows = [r for r in ROWS if r.endpoint in targets.endpoints]
+        self.next_seed = 0
+        # Chat responses each server completed (smoke checks included): what its ledger
+        # must hold.
+        self.answered = dict.fromkeys(targets.endpoints, SMOKE_REQUESTS)
+
+    def workload(self, row: Row) -> Workload:
+        endpoint = self.targets.endpoints[row.endpoint]
+        work = Workload(endpoint.url, endpoint.token)
+        if row.distinct:
+            # Seeds never repeat within a run, so no request is ever answered from cache.
+            work = replace(work, distinct=RING, seed_base=self.next_seed)
+            self.next_seed += RING
+        return work
+
+    def cells(self) -> list[Cell]:
+        args = self.args
+        servers = list(self.targets.servers.values())
+        per_round = args.duration / args.rounds
+        cells = []
+        for stream in (False, True):
+            self.prime(stream)
+            for conns in CONNS:
+                rows = [r for r in self.rows if conns in r.conns]
+                rounds: dict[str, list[Round]] = {r.name: [] for r in rows}
+                for i in range(args.rounds):
+                    # Round-robin with a rotating start, so a burst of outside load or a
+                    # slow start after the previous row spreads over all rows alike.
+                    for row in rows[i % len(rows) :] + rows[: i % len(rows)]:
+                        result = measure_round(
+                            self.workload(row),
                             stream,
                             conns,
                             args.warmup,
                             per_round,
                             args.procs,
                             servers,
-                            targets.involved(target),
+                            self.targets.involved(row.endpoint),
                         )
-                    )
-                    time.sleep(0.1)  # let closed sockets drain before the next round
-            for target in names:
-                cells.append(to_cell(target, stream, conns, rounds[target]))
-                _progress(cells[-1])
-    return cells
+                        rounds[row.name].append(result)
+                        self.answered[row.endpoint] += result.load.total_requests
+                        time.sleep(0.1)  # let closed sockets drain before the next round
+                for row in rows:
+                    proxy = self.targets.endpoints[row.endpoint].server
+                    cells.append(to_cell(row.name, proxy, stream, conns, rounds[row.name]))
+                    _progress(cells[-1])
+        return cells
 
-
-def _prime(targets: Targets, names: list[str], stream: bool, args: argparse.Namespace) -> None:
-    """Unmeasured load on every target first: lazy imports, pools, first-call paths."""
-    for target in names:
-        load = run_loadgen(targets.urls[target], stream, 16, args.warmup, 0.5, 1)
-        if load.non_2xx or load.errors:
-            targets.notes.append(
-                f"priming {target} ({'streaming' if stream else 'non-streaming'}) saw "
-                f"{load.non_2xx} non-2xx and {load.errors or 'no other'} errors"
-            )
+    def prime(self, stream: bool) -> None:
+        """Unmeasured load on every row first: lazy imports, pools, first-call paths, and
+        the entry every cache hit will be answered from."""
+        for row in self.rows:
+            load = run_loadgen(self.workload(row), stream, 16, self.args.warmup, 0.5, 1)
+            self.answered[row.endpoint] += load.total_requests
+            if load.non_2xx or load.errors:
+                self.targets.notes.append(
+                    f"priming {row.name} ({'streaming' if stream else 'non-streaming'}) saw "
+                    f"{load.non_2xx} non-2xx and {load.errors or 'no other'} errors"
+                )
 
 
 def _progress(c: Cell) -> None:
     print(
-        f"{c.target:>11} {'stream' if c.stream else 'json':>6} {c.conns:>3} conns: "
+        f"{c.target:>12} {'stream' if c.stream else 'json':>6} {c.conns:>3} conns: "
         f"{c.rps:>9,.0f} req/s  p50 {c.p50_ms:.3f} ms  p99 {c.p99_ms:.3f} ms  "
         f"errors {c.errors}  other load {c.other_load:.0%}",
         file=sys.stderr,
@@ -138,7 +238,11 @@ def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
         duration_s=args.duration,
         rounds=args.rounds,
         loadgen_procs=args.procs,
+        legend=[(r.name, r.about) for r in ROWS if not args.no_olp or r.endpoint in _NO_OLP],
     )
+
+
+_NO_OLP = ("direct", "passthrough")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -181,9 +285,20 @@ def _main(argv: list[str]) -> None:
         targets = Targets(Path(tmp))
         try:
             targets.start(None if args.no_olp else OLP)
-            cells = run_cells(targets, args)
+            runner = Runner(targets, args)
+            cells = runner.cells()
+            for name in ("olp-hit", "olp-miss"):
+                if (stats := targets.cache_stats(name)) is not None:
+                    info.cache_stats[name] = {
+                        k: int(stats[k]) for k in ("hits", "misses", "shared", "bypasses")
+                    }
         finally:
             targets.stop()
+        # Read once the servers are stopped: shutdown writes every row still queued.
+        for name in ("olp", "olp-member", "olp-bare"):
+            if (rows := targets.ledger_rows(name)) is not None:
+                info.ledger_rows[name] = rows
+                info.answered[name] = runner.answered[name]
     info.notes += targets.notes
     info.notes.append(f"the run took {time.monotonic() - started:.0f} s")
     report = render(info, cells)

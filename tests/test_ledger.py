@@ -247,14 +247,62 @@ def test_a_row_the_database_refuses_does_not_block_the_rest(ledger: Ledger, db: 
     assert ledger.flush_sync() and count(db) == 3
 
 
-def test_rows_after_close_are_spilled_not_lost(db: Path) -> None:
+def test_rows_after_close_are_still_written(db: Path) -> None:
     led = Ledger(db)
     led.record_request(request("before"))
     led.close()
     led.close()  # idempotent
+    # A handler cancelled at shutdown records late: written directly, not turned away.
     led.record_request(request("after"))
-    assert count(db) == 1
-    assert orjson.loads(db.with_name(SPILL_FILE).read_bytes())["request_id"] == "after"
+    led.record_attempt(attempt("after", 0))
+    assert sorted(r for (r,) in rows(db, "SELECT request_id FROM ledger_requests")) == [
+        "after",
+        "before",
+    ]
+    assert count(db, "ledger_attempts") == 1
+    assert not db.with_name(SPILL_FILE).exists()
+    assert led.flush_sync(0.1)
+
+
+def test_rows_recorded_while_closing_are_all_written(db: Path) -> None:
+    led = Ledger(db)
+    recorded: list[str] = []
+    closed = threading.Event()
+
+    def recorder() -> None:
+        late = 0
+        while late < 20:
+            rid = f"r{len(recorded)}"
+            led.record_request(request(rid))
+            recorded.append(rid)
+            late += closed.is_set()
+            time.sleep(0.0002)  # a busy server's pace, not a flood
+
+    thread = threading.Thread(target=recorder)
+    thread.start()
+    time.sleep(0.05)
+    led.close()
+    closed.set()
+    thread.join(30)
+    assert len(recorded) > 20
+    stored = [r for (r,) in rows(db, "SELECT request_id FROM ledger_requests")]
+    assert sorted(stored) == sorted(recorded)  # every one, once
+    assert not db.with_name(SPILL_FILE).exists()
+
+
+def test_a_late_row_the_database_cannot_take_is_spilled(db: Path) -> None:
+    led = Ledger(db)
+    led.close()
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        led.record_request(request("late"))
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert count(db) == 0
+    assert orjson.loads(db.with_name(SPILL_FILE).read_bytes())["request_id"] == "late"
+    assert led.spilled_rows() == 1 and led.lost_rows() == 0
 
 
 def test_a_corrupted_file_is_refused_and_kept(db: Path) -> None:

@@ -15,19 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from real_cli import RealCli, real_cli
+from real_cli_chat import ANSWER, SYSTEM, detail, post, real_cli_config, stream_chat
 
 from fakes.upstream import FakeUpstream, RecordedRequest, Status, Text
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import olp_server
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
-
-SYSTEM = "You are terse. OLP-SYSTEM-MARKER"
-ANSWER = "Streaming through the real CLI works."
 
 
 @pytest.fixture(scope="module")
@@ -41,12 +37,6 @@ def qwen() -> RealCli:
 
 
 @pytest.fixture
-def upstream() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
-
-
-@pytest.fixture
 def beta() -> Iterator[FakeUpstream]:
     with FakeUpstream() as up:
         up.script(*[Text("from beta")] * 4)
@@ -56,32 +46,7 @@ def beta() -> Iterator[FakeUpstream]:
 def config(
     cli: str, real: RealCli, env: dict[str, str], beta: FakeUpstream, **timeouts: int
 ) -> dict[str, Any]:
-    return {
-        "providers": {
-            "real": {
-                "type": f"{cli}-cli",
-                "command": str(real.command),
-                "env": {"PATH": real.path, **env},
-                "timeouts": {
-                    "first_byte_ms": 60_000,
-                    "idle_ms": 60_000,
-                    "total_ms": 120_000,
-                    **timeouts,
-                },
-                "consent": True,
-            },
-            "beta": {"type": "openai-http", "base_url": beta.openai_base_url},
-        },
-        "routing": {
-            "chains": {
-                "chat": [
-                    {"provider": "real", "model": real.model},
-                    {"provider": "beta", "model": "b"},
-                ]
-            }
-        },
-        "cache": {"enabled": False},
-    }
+    return real_cli_config(cli, real, env, beta, timeouts=timeouts, provider={"consent": True})
 
 
 def claude_env(up: FakeUpstream, **extra: str) -> dict[str, str]:
@@ -94,35 +59,6 @@ def qwen_env(up: FakeUpstream) -> dict[str, str]:
 
 def model_requests(up: FakeUpstream) -> list[RecordedRequest]:
     return [r for r in up.requests if r.path in ("/v1/messages", "/v1/chat/completions")]
-
-
-def stream_chat(server: ThreadServer) -> tuple[list[str], str | None, httpx.Headers]:
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
-    raw = client.chat.completions.with_raw_response.create(
-        model="chat",
-        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say it."}],
-        stream=True,
-    )
-    pieces, finish = [], None
-    for chunk in raw.parse():
-        if chunk.choices:
-            pieces.append(chunk.choices[0].delta.content or "")
-            finish = chunk.choices[0].finish_reason or finish
-    return [p for p in pieces if p], finish, raw.headers
-
-
-def post(server: ThreadServer) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/v1/chat/completions",
-        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
-        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
-        timeout=150,
-    )
-
-
-def detail(resp: httpx.Response) -> list[dict[str, Any]]:
-    value: list[dict[str, Any]] = json.loads(resp.headers["x-olp-fallback-detail"])
-    return value
 
 
 # -- claude -------------------------------------------------------------------------------

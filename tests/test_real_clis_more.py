@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
 from olp.config.model import ProviderConfig
@@ -26,6 +25,7 @@ from olp.providers._reset_time import parse_reset
 from olp.providers.gemini_cli.events import next_midnight
 from olp.providers.loader import load_plugins
 from real_cli import RealCli, real_cli
+from real_cli_chat import ANSWER, SYSTEM, detail, post, real_cli_config, stream_chat
 
 from fakes.responses_gemini_upstream import (
     ResponsesGeminiUpstream,
@@ -39,10 +39,6 @@ from fakes.upstream import FakeUpstream, Text
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 pytestmark = pytest.mark.timeout(300)
-
-TIMEOUTS = {"first_byte_ms": 60_000, "idle_ms": 60_000, "total_ms": 120_000}
-SYSTEM = "You are terse. OLP-SYSTEM-MARKER"
-ANSWER = "Streaming through the real CLI works."
 
 
 @pytest.fixture(scope="module")
@@ -69,27 +65,7 @@ def beta() -> Iterator[FakeUpstream]:
 
 
 def config(cli: str, real: RealCli, env: dict[str, str], beta: FakeUpstream) -> dict[str, Any]:
-    return {
-        "providers": {
-            "real": {
-                "type": f"{cli}-cli",
-                "command": str(real.command),
-                "env": {"PATH": real.path, **env},
-                "timeouts": TIMEOUTS,
-            },
-            "beta": {"type": "openai-http", "base_url": beta.openai_base_url},
-        },
-        "routing": {
-            "chains": {
-                "chat": [
-                    {"provider": "real", "model": real.model},
-                    {"provider": "beta", "model": "b"},
-                ]
-            },
-            "max_cooldown_s": 3 * 86400,
-        },
-        "cache": {"enabled": False},
-    }
+    return real_cli_config(cli, real, env, beta, routing={"max_cooldown_s": 3 * 86400})
 
 
 def codex_env(up: ResponsesGeminiUpstream) -> dict[str, str]:
@@ -98,31 +74,6 @@ def codex_env(up: ResponsesGeminiUpstream) -> dict[str, str]:
 
 def gemini_env(up: ResponsesGeminiUpstream) -> dict[str, str]:
     return {"GOOGLE_GEMINI_BASE_URL": up.gemini_base_url, "GEMINI_API_KEY": "fake-gemini-key"}
-
-
-def stream_chat(server: ThreadServer) -> tuple[list[str], httpx.Headers]:
-    client = openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
-    raw = client.chat.completions.with_raw_response.create(
-        model="chat",
-        messages=[{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Say it."}],
-        stream=True,
-    )
-    pieces = [c.choices[0].delta.content for c in raw.parse() if c.choices]
-    return [p for p in pieces if p], raw.headers
-
-
-def post(server: ThreadServer) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/v1/chat/completions",
-        json={"model": "chat", "messages": [{"role": "user", "content": "hi"}]},
-        headers={"authorization": f"Bearer {OWNER_TOKEN}"},
-        timeout=150,
-    )
-
-
-def detail(resp: httpx.Response) -> list[dict[str, Any]]:
-    value: list[dict[str, Any]] = json.loads(resp.headers["x-olp-fallback-detail"])
-    return value
 
 
 def provider_cooldown(server: ThreadServer) -> dict[str, Any]:
@@ -143,7 +94,7 @@ def test_codex_streams_an_answer(
 ) -> None:
     upstream.script(Text(ANSWER, chunks=4, delay_s=0.05, headers=codex_rate_limit_headers()))
     with olp_server(tmp_path, config("codex", codex, codex_env(upstream), beta)) as server:
-        pieces, headers = stream_chat(server)
+        pieces, _, headers = stream_chat(server)
         quota = httpx.get(
             f"{server.base_url}/v0/management/quota",
             headers={"authorization": f"Bearer {OWNER_TOKEN}"},
@@ -207,7 +158,7 @@ def test_gemini_streams_an_answer(
 ) -> None:
     upstream.script(Text(ANSWER, chunks=4, delay_s=0.05))
     with olp_server(tmp_path, config("gemini", gemini, gemini_env(upstream), beta)) as server:
-        pieces, headers = stream_chat(server)
+        pieces, _, headers = stream_chat(server)
     assert "".join(pieces) == ANSWER
     assert len(pieces) == 4
     assert headers["x-olp-provider-used"] == "real"
@@ -274,7 +225,7 @@ def test_vibe_answers_in_one_message(
 ) -> None:
     upstream.script(Text(ANSWER, chunks=4))
     with olp_server(tmp_path, config("vibe", vibe, vibe_env(upstream), beta)) as server:
-        pieces, headers = stream_chat(server)
+        pieces, _, headers = stream_chat(server)
     assert pieces == [ANSWER]  # vibe prints whole messages
     assert headers["x-olp-provider-used"] == "real"
     [request] = requests_to(upstream, "/v1/chat/completions")

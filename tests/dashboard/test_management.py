@@ -209,7 +209,8 @@ def test_page_refuses_a_member_key_and_serves_the_shell_without_one(
     csp = shell.headers["content-security-policy"]
     assert "default-src 'none'" in csp and "connect-src 'self'" in csp
     assert get(olp, "/dashboard", headers=OWNER).status_code == 200
-    for asset, kind in (("/dashboard/app.js", "javascript"), ("/dashboard/style.css", "css")):
+    assets = ("/dashboard/lib.js", "/dashboard/app.js", "/dashboard/style.css")
+    for asset, kind in zip(assets, ("javascript", "javascript", "css"), strict=True):
         resp = get(olp, asset, headers=None)
         assert resp.status_code == 200 and kind in resp.headers["content-type"]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from live_olp import OWNER, bearer, chat, get, two_hop_config
 from prometheus_client.parser import text_string_to_metric_families
@@ -14,7 +15,7 @@ from olp.accounts import Identity
 from olp.server.metrics import MAX_SERIES, Metrics
 from olp.server.outcome import RequestOutcome
 
-from fakes.upstream import FakeUpstream, Status
+from fakes.upstream import FakeUpstream, Slow, Status
 from olp_server import ThreadServer, olp_server
 
 
@@ -138,3 +139,37 @@ def test_median_latency_counts_only_answers(status: int) -> None:
     latency, ttft = metrics.p50_ms("beta")
     assert latency == (20.0 if status == 200 else None)
     assert ttft is None
+
+
+def test_active_requests_and_streams_gauges_follow_a_live_stream(tmp_path: Path) -> None:
+    def gauges(server: ThreadServer) -> dict[str, float]:
+        text = httpx.get(f"{server.base_url}/metrics", headers=OWNER).text
+        return {
+            sample.name: sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name in ("olp_active_requests", "olp_active_streams")
+        }
+
+    with FakeUpstream() as up:
+        up.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.4))
+        config = {
+            "providers": {
+                "up": {"type": "openai-http", "base_url": up.openai_base_url, "models": ["m"]}
+            }
+        }
+        with (
+            olp_server(tmp_path, config) as server,
+            httpx.stream(
+                "POST",
+                f"{server.base_url}/v1/chat/completions",
+                headers=OWNER,
+                timeout=20,
+                json={"model": "m", "stream": True, "messages": [{"role": "user", "content": "x"}]},
+            ) as resp,
+        ):
+            lines = resp.iter_lines()
+            next(lines)  # the stream is live
+            assert gauges(server) == {"olp_active_requests": 1, "olp_active_streams": 1}
+            assert list(lines)[-2] == "data: [DONE]"
+            assert gauges(server) == {"olp_active_requests": 0, "olp_active_streams": 0}

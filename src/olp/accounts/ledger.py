@@ -10,8 +10,9 @@ If the queue still reaches `max_rows`, the writer is far behind: a warning says 
 a new record first waits up to `block_s` for room (back-pressure on the event loop, so
 the server slows to the disk's pace instead of growing without limit); if the writer
 is failing, or no room appears, the record is appended to `ledger-unwritten.jsonl`
-next to the database, as is anything still unwritable at close. Only if that append
-also fails is a row lost, and then with an error log and a counter.
+next to the database, as is anything still unwritable at close. A record that arrives
+after close is written synchronously. Only if the spill file cannot be written either is
+a row lost, and then with an error log and a counter.
 """
 
 from __future__ import annotations
@@ -78,7 +79,7 @@ class Ledger:
         self._stop = threading.Event()
         self._counts_lock = threading.Lock()
         self._failing = False
-        self._closed = False
+        self._closed = threading.Event()  # set once the writer is gone
         self._warned_at = -_WARN_EVERY_S
         self._spilled = 0
         self._lost = 0
@@ -103,8 +104,8 @@ class Ledger:
         self._put(record)
 
     def _put(self, record: _Record) -> None:
-        if self._closed:
-            self._spill([record], why="closed")
+        if self._closed.is_set():
+            self._write_late([record])
             return
         queue = self._queue
         if len(queue) >= self._batch_rows:
@@ -113,6 +114,8 @@ class Ledger:
                 self._spill([record], why="backlog")
                 return
         queue.append(record)
+        if self._closed.is_set():  # close() did its last drain meanwhile: write it here
+            self._write_late(self._take_queued())
 
     def _make_room(self) -> bool:
         """The writer is far behind: warn; at the bound, wait briefly for room."""
@@ -150,7 +153,8 @@ class Ledger:
 
     def flush_sync(self, max_wait_s: float = 5.0) -> bool:
         """Wait until everything recorded before this call is on disk; False on timeout."""
-        if self._closed:
+        if self._stop.is_set():  # closing or closed: the final write covers it
+            self._thread.join(max_wait_s)
             return not self._thread.is_alive()
         marker = threading.Event()
         self._queue.append(marker)
@@ -161,16 +165,22 @@ class Ledger:
         return await asyncio.to_thread(self.flush_sync, max_wait_s)
 
     def close(self, timeout: float = 30.0) -> None:
-        """Write everything queued, stop the writer, close the file. Idempotent."""
-        if self._closed:
+        """Write everything queued, stop the writer, close the file. Idempotent.
+
+        A row recorded afterwards (a handler cancelled at shutdown runs its `finally`
+        late) is still written, synchronously: closing never turns rows away.
+        """
+        if self._stop.is_set():
             return
-        self._closed = True
         atexit.unregister(self.close)
         self._stop.set()
         self._wake.set()
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.error("ledger_close_timeout", unwritten=self.queue_depth(), file=str(self.path))
+            return
+        self._closed.set()
+        self._write_late(self._take_queued())  # recorded while the writer was finishing
 
     async def aclose(self) -> None:
         await asyncio.to_thread(self.close)
@@ -183,7 +193,8 @@ class Ledger:
             self._wake.wait(delay)
             self._wake.clear()
             try:
-                written = self._write_queued()
+                # What is queued now: under a flood the loop still comes round to `_stop`.
+                written = self._write_queued(most=len(self._queue))
             except Exception:
                 # The writer must outlive its own bugs: a dead writer loses everything after.
                 log.error("ledger_writer_error", exc_info=True)
@@ -194,10 +205,17 @@ class Ledger:
     def _backoff(self, delay: float) -> float:
         return min(max(delay * 2, 0.5), _MAX_BACKOFF_S)
 
-    def _write_queued(self) -> bool:
-        """Write batch after batch until the queue is empty; False if a write failed."""
-        while self._pending or self._queue:
-            self._take_batch()
+    def _write_queued(self, most: int | None = None) -> bool:
+        """Write batch after batch until the queue is empty; False if a write failed.
+
+        `most`: at close, write only what was queued when the stop came — rows recorded
+        meanwhile are close()'s to write, so a busy recorder cannot hold the writer forever.
+        """
+        left = most
+        while self._pending or (self._queue and (left is None or left > 0)):
+            taken = self._take_batch(left)
+            if left is not None:
+                left -= taken
             try:
                 self._write_pending()
             except Exception as exc:
@@ -207,10 +225,16 @@ class Ledger:
                 self._isolate_bad_rows(exc)
         return True
 
-    def _take_batch(self) -> None:
+    def _take_batch(self, most: int | None = None) -> int:
         queue, pending = self._queue, self._pending
-        while queue and len(pending) < self._batch_rows:
+        room = self._batch_rows - len(pending)
+        if most is not None:
+            room = min(room, most)
+        taken = 0
+        while queue and taken < room:
             pending.append(queue.popleft())
+            taken += 1
+        return taken
 
     def _write_pending(self) -> None:
         requests = [r for r in self._pending if isinstance(r, RequestRecord)]
@@ -256,11 +280,11 @@ class Ledger:
 
     def _final_write(self) -> None:
         for attempt in range(_CLOSE_TRIES):
-            if self._write_queued():
+            if self._write_queued(most=len(self._queue)):
                 break
             time.sleep(0.2 * (attempt + 1))
         else:
-            self._take_all()
+            self._take_batch_all()
             self._spill(_records(self._pending), why="unwritable at close")
             self._done_pending()
         try:
@@ -268,9 +292,43 @@ class Ledger:
         except sqlite3.Error as exc:
             log.warning("ledger_close_failed", error=str(exc))
 
-    def _take_all(self) -> None:
-        while self._queue:
+    def _take_batch_all(self) -> None:
+        for _ in range(len(self._queue)):  # what is queued now, not what keeps coming
             self._pending.append(self._queue.popleft())
+
+    # -- after close ---------------------------------------------------------------------
+
+    def _take_queued(self) -> list[_Record]:
+        taken: list[_Record] = []
+        while True:
+            try:
+                item = self._queue.popleft()  # atomic: two drains never share a row
+            except IndexError:
+                return taken
+            if isinstance(item, threading.Event):
+                item.set()
+            else:
+                taken.append(item)
+
+    def _write_late(self, records: list[_Record]) -> None:
+        """The writer is gone: write here, on a connection of its own (rare, at shutdown)."""
+        if not records:
+            return
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                conn.execute("PRAGMA busy_timeout = 1000")
+                insert_batch(
+                    conn,
+                    [r for r in records if isinstance(r, RequestRecord)],
+                    [r for r in records if isinstance(r, AttemptRecord)],
+                )
+            finally:
+                conn.close()
+        except Exception as exc:
+            self._spill(records, why=f"recorded after close: {exc!r}")
+            return
+        log.info("ledger_late_rows", rows=len(records))
 
     # -- last resort ---------------------------------------------------------------------
 

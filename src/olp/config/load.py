@@ -22,6 +22,7 @@ from olp.config.model import (
     Config,
     DetailPolicy,
     HopConfig,
+    LedgerConfig,
     LogLevel,
     PriceOverride,
     ProviderConfig,
@@ -87,6 +88,7 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         providers = _providers(root, env)
         routing = _routing(root.child("routing"), providers)
         cache = _cache(root.child("cache"))
+        ledger = _ledger(root.child("ledger"))
         pricing = _pricing(root)
         root.done()
     return Config(
@@ -96,6 +98,7 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         providers=providers,
         routing=routing,
         cache=cache,
+        ledger=ledger,
         pricing=pricing,
         source="file",
     )
@@ -261,6 +264,13 @@ def _cache(r: Reader) -> CacheConfig:
     )
     r.done()
     return cache
+
+
+def _ledger(r: Reader) -> LedgerConfig:
+    d = LedgerConfig()
+    ledger = LedgerConfig(enabled=r.boolean("enabled", d.enabled))
+    r.done()
+    return ledger
 
 
 def _pricing(root: Reader) -> dict[str, PriceOverride]:

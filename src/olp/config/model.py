@@ -12,6 +12,7 @@ __all__ = [
     "CacheConfig",
     "Config",
     "HopConfig",
+    "LedgerConfig",
     "LogLevel",
     "PriceOverride",
     "ProviderConfig",
@@ -115,6 +116,18 @@ class CacheConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerConfig:
+    """The usage ledger (`$OLP_HOME/ledger.db`): one row per request and per hop attempt.
+
+    enabled=False writes no usage rows at all (for an owner who wants no record); per-key
+    limits still count in memory, but their daily and monthly totals then restart at zero
+    with the server, since they are seeded from the ledger.
+    """
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class PriceOverride:
     """USD per million tokens, overriding the registry for one model."""
 
@@ -131,6 +144,7 @@ class Config:
     providers: Mapping[str, ProviderConfig] = field(default_factory=dict)
     routing: RoutingConfig = field(default_factory=RoutingConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    ledger: LedgerConfig = field(default_factory=LedgerConfig)
     # Keyed by model id, or "provider/model" for one provider only.
     pricing: Mapping[str, PriceOverride] = field(default_factory=dict)
     log_level: LogLevel = "info"

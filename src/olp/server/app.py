@@ -116,11 +116,10 @@ def create_app(
     )
     # Limits hold across restarts: today's and this month's usage per key, from the ledger.
     ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
-    engine.listeners.append(ledger_attempts(ctx.ledger))
-    ctx.observers += [
-        ledger_requests(ctx.ledger, ctx.pricing, config),
-        limit_usage(ctx.limits, ctx.pricing, config),
-    ]
+    if config.ledger.enabled:  # `"ledger": {"enabled": false}`: no usage rows at all
+        engine.listeners.append(ledger_attempts(ctx.ledger))
+        ctx.observers.append(ledger_requests(ctx.ledger, ctx.pricing, config))
+    ctx.observers.append(limit_usage(ctx.limits, ctx.pricing, config))
     engine.listeners.append(ctx.metrics.on_attempt)
     ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets
     return OLPApp(ctx, sync)

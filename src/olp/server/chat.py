@@ -73,6 +73,7 @@ def error_frame(err: OLPError) -> bytes:
 async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     ex = _Exchange(ctx, send, ResponseMeta())
     watch: DisconnectWatch | None = None
+    ctx.metrics.request_started()
     try:
         ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
         content_type = req.header(b"content-type") or b""
@@ -113,6 +114,7 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     finally:
         if watch is not None:
             watch.stop()
+        ctx.metrics.request_ended()
         _finished(ex)
 
 
@@ -206,6 +208,7 @@ async def _stream(
     encoder = ChunkEncoder(
         _completion_id(ex), request.model, int(time.time()), request.include_usage
     )
+    ex.ctx.metrics.stream_started()
     try:
         if not ex.started:
             await ex.start_sse()
@@ -219,6 +222,7 @@ async def _stream(
                 await ex.frame(data)
         await ex.frame(encoder.done(), last=True)
     finally:
+        ex.ctx.metrics.stream_ended()
         await served.aclose()
 
 

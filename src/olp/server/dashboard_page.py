@@ -1,4 +1,4 @@
-"""`GET /dashboard` and its two assets: a static page shipped in the package.
+"""`GET /dashboard` and its assets: a static page shipped in the package.
 
 The page holds no data: it fetches `/v0/management/dashboard` with the owner key the user
 gives it (pasted once, or passed as `/dashboard#key=…` — a URL fragment never reaches a
@@ -25,6 +25,7 @@ __all__ = ["ASSETS", "dashboard_asset"]
 # path -> (file under olp/server/dashboard/, content type)
 ASSETS: dict[str, tuple[str, bytes]] = {
     "/dashboard": ("index.html", b"text/html; charset=utf-8"),
+    "/dashboard/lib.js": ("lib.js", b"text/javascript; charset=utf-8"),
     "/dashboard/app.js": ("app.js", b"text/javascript; charset=utf-8"),
     "/dashboard/style.css": ("style.css", b"text/css; charset=utf-8"),
 }

@@ -6,41 +6,26 @@ import time
 from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
-from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
 from olp.providers._claude_stream import RateLimitInfo
-from olp.providers._cli_stream import cli_version, credential_check, stream_cli
+from olp.providers._cli_provider import CliProvider
+from olp.providers._cli_stream import stream_cli
 from olp.providers._subprocess import CliRunner
-from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
 __all__ = ["ClaudeCliProvider"]
 
 
-class ClaudeCliProvider:
+class ClaudeCliProvider(CliProvider):
     """A Claude subscription (or key) through `claude -p` (cli-formats.md §1)."""
 
     def __init__(self, config: ProviderConfig) -> None:
-        self.name = config.name
-        self._config = config
-        self._runner = CliRunner(
-            config.name,
-            config,
-            default_command=translate.DEFAULT_COMMAND,
-            install_hint=translate.INSTALL_HINT,
+        super().__init__(
+            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
-        self.capabilities = Capabilities(
-            streaming="token",
-            tools=False,
-            vision=False,
-            json_mode=True,  # as an instruction in the system prompt
-            sampling=False,
-            max_concurrent=self._runner.max_concurrent,
-            cacheable=config.cacheable,
-            drops=translate.DROPS,
-            # Subscription runs report the rolling 5-hour window (rate_limit_event).
-            quota_signals=("five_hour",),
-        )
+        # Subscription runs report the rolling 5-hour window (rate_limit_event).
+        self.capabilities = self._capabilities(translate.DROPS, quota_signals=("five_hour",))
         self._rate_limit: RateLimitInfo | None = None
         self._rate_limit_at = 0.0
 
@@ -62,34 +47,20 @@ class ClaudeCliProvider:
 
     async def health(self) -> ProviderHealth:
         started = time.perf_counter()
-        path = self._runner.resolve_command()
-        if path is None:
-            return ProviderHealth(
-                False, (f"binary: {self._runner.not_found().message}",), translate.INSTALL_HINT
-            )
-        checks = [f"binary: {path}"]
-        try:
-            checks.append(f"version: {await cli_version(self._runner)}")
-        except ProviderError as exc:
-            checks.append(f"version: failed ({exc.message})")
-            return ProviderHealth(False, tuple(checks), f"reinstall: {translate.INSTALL_HINT}")
-        source = credential_check(
-            self._config.user_home,
-            [src for src, _ in translate.CREDENTIALS],
-            self._config.env,
-            translate.CREDENTIAL_ENV,
-        )
-        latency = round((time.perf_counter() - started) * 1000, 1)
-        if source is None:
-            checks.append("logged in: no (no ~/.claude/.credentials.json, no API key in env)")
-            fix = (
+        checks, failed = await self._binary_checks()
+        if failed is not None:
+            return failed
+        return self._logged_in(
+            checks,
+            started,
+            files=[src for src, _ in translate.CREDENTIALS],
+            env_names=translate.CREDENTIAL_ENV,
+            missing="no ~/.claude/.credentials.json, no API key in env",
+            fix=(
                 "run `claude` once and log in with /login (or run `claude setup-token` and "
                 f"set providers.{self.name}.env.CLAUDE_CODE_OAUTH_TOKEN)"
-            )
-            return ProviderHealth(False, tuple(checks), fix, latency)
-        checks.append(f"logged in: yes ({source})")
-        checks.append("drops: " + ", ".join(translate.DROPS))
-        return ProviderHealth(True, tuple(checks), None, latency)
+            ),
+        )
 
     def quota(self) -> QuotaSnapshot | None:
         info = self._rate_limit
@@ -107,6 +78,3 @@ class ClaudeCliProvider:
             source=f"claude rate_limit_event ({info.kind or 'unknown window'}, {info.status})",
             extra={"rejected": 1.0 if rejected else 0.0},
         )
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()

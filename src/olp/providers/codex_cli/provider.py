@@ -14,10 +14,10 @@ from collections.abc import AsyncIterator
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
-from olp.providers._cli_stream import cli_version
+from olp.providers._cli_provider import CliProvider
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
-from olp.providers._subprocess import CliInvocation, CliRunner
-from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers._subprocess import CliInvocation
+from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.codex_cli import translate
 from olp.providers.codex_cli.events import AppServerTurn
 
@@ -26,30 +26,15 @@ __all__ = ["DROPS", "CodexCliProvider"]
 DROPS = (*COMMON_CLI_DROPS, "max_tokens", "image detail")
 
 
-class CodexCliProvider:
+class CodexCliProvider(CliProvider):
     """ChatGPT (or an OpenAI Responses API key) through the `codex` CLI."""
 
     def __init__(self, config: ProviderConfig) -> None:
-        self.name = config.name
-        self._config = config
-        self._runner = CliRunner(
-            config.name,
-            config,
-            default_command=translate.DEFAULT_COMMAND,
-            install_hint=translate.INSTALL_HINT,
+        super().__init__(
+            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._upstream = translate.upstream_from_env(config.env)
-        self.capabilities = Capabilities(
-            streaming="token",
-            tools=False,
-            vision=True,
-            json_mode=True,
-            sampling=False,
-            max_concurrent=self._runner.max_concurrent,
-            cacheable=config.cacheable,
-            drops=DROPS,
-            quota_signals=("five_hour",),
-        )
+        self.capabilities = self._capabilities(DROPS, vision=True, quota_signals=("five_hour",))
         self._quota: QuotaSnapshot | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
@@ -95,19 +80,9 @@ class CodexCliProvider:
 
     async def health(self) -> ProviderHealth:
         """Binary, version, credentials — without calling a model."""
-        command = self._runner.resolve_command()
-        if command is None:
-            return ProviderHealth(
-                ok=False,
-                checks=(f"binary: {self._runner.command} not found",),
-                fix=f"{translate.INSTALL_HINT} (or set providers.{self.name}.command)",
-            )
-        checks = [f"binary: {command}"]
-        try:
-            checks.append(f"version: {await cli_version(self._runner)}")
-        except ProviderError as exc:
-            checks.append(f"version: {exc.message}")
-            return ProviderHealth(ok=False, checks=tuple(checks), fix=translate.INSTALL_HINT)
+        checks, failed = await self._binary_checks(short=True)
+        if failed is not None:
+            return failed
         if self._upstream is not None:
             return self._key_health(checks)
         status, said = await self._login_status()
@@ -151,6 +126,3 @@ class CodexCliProvider:
 
     def quota(self) -> QuotaSnapshot | None:
         return self._quota
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
-from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
-from olp.providers._cli_stream import cli_version, credential_check, stream_cli
+from olp.providers._cli_provider import CliProvider
+from olp.providers._cli_stream import credential_check, stream_cli
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
-from olp.providers._subprocess import CliInvocation, CliRunner
-from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers._subprocess import CliInvocation
+from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.gemini_cli import translate
 from olp.providers.gemini_cli.events import GeminiStream
 
@@ -20,29 +20,18 @@ DROPS = (*COMMON_CLI_DROPS, "max_tokens", "images")
 _KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
-class GeminiCliProvider:
-    """A Google account (or a Gemini API key) through Google's `gemini` CLI."""
+class GeminiCliProvider(CliProvider):
+    """A Google account (or a Gemini API key) through Google's `gemini` CLI.
+
+    No `quota()`: gemini has no headless quota query; 429 texts carry the signal.
+    """
 
     def __init__(self, config: ProviderConfig) -> None:
-        self.name = config.name
-        self._config = config
-        self._runner = CliRunner(
-            config.name,
-            config,
-            default_command=translate.DEFAULT_COMMAND,
-            install_hint=translate.INSTALL_HINT,
+        super().__init__(
+            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._auth = translate.auth_type(config.env)
-        self.capabilities = Capabilities(
-            streaming="token",
-            tools=False,
-            vision=False,
-            json_mode=True,
-            sampling=False,
-            max_concurrent=self._runner.max_concurrent,
-            cacheable=config.cacheable,
-            drops=DROPS,
-        )
+        self.capabilities = self._capabilities(DROPS)
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         cli = serialise(request)
@@ -62,38 +51,21 @@ class GeminiCliProvider:
 
     async def health(self) -> ProviderHealth:
         """Binary, version, credentials — without calling a model."""
-        command = self._runner.resolve_command()
-        if command is None:
-            return ProviderHealth(
-                ok=False,
-                checks=(f"binary: {self._runner.command} not found",),
-                fix=f"{translate.INSTALL_HINT} (or set providers.{self.name}.command)",
-            )
-        checks = [f"binary: {command}"]
-        try:
-            checks.append(f"version: {await cli_version(self._runner)}")
-        except ProviderError as exc:
-            checks.append(f"version: {exc.message}")
-            return ProviderHealth(ok=False, checks=tuple(checks), fix=translate.INSTALL_HINT)
+        checks, failed = await self._binary_checks(short=True)
+        if failed is not None:
+            return failed
         checks.append(f"auth: {self._auth}")
         found = credential_check(
             self._config.user_home, translate.CREDENTIAL_FILES[:1], self._config.env, _KEY_VARS
         )
         if self._auth == "vertex-ai":
             found = found or "Vertex AI (GOOGLE_GENAI_USE_VERTEXAI) set in the provider's env"
-        checks.append(f"credentials: {found or 'none (no GEMINI_API_KEY, not logged in)'}")
-        fix = (
-            None
-            if found
-            else (
+        return self._credentials(
+            checks,
+            found,
+            missing="no GEMINI_API_KEY, not logged in",
+            fix=(
                 f"run `{self._runner.command}` once and choose Login with Google, or set "
                 f'providers.{self.name}.env.GEMINI_API_KEY to "${{GEMINI_API_KEY}}"'
-            )
+            ),
         )
-        return ProviderHealth(ok=found is not None, checks=tuple(checks), fix=fix)
-
-    def quota(self) -> QuotaSnapshot | None:
-        return None  # gemini has no headless quota query; 429 texts carry the signal
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()

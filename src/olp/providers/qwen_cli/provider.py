@@ -6,38 +6,27 @@ import time
 from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
-from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
-from olp.providers._cli_stream import cli_version, credential_check, stream_cli
+from olp.providers._cli_provider import CliProvider
+from olp.providers._cli_stream import stream_cli
 from olp.providers._subprocess import CliRunner
-from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.qwen_cli import translate
 
 __all__ = ["QwenCliProvider"]
 
 
-class QwenCliProvider:
-    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json (cli-formats.md §5)."""
+class QwenCliProvider(CliProvider):
+    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json (cli-formats.md §5).
+
+    No `quota()`: Qwen Code reports no quota figures headless (cli-formats.md §8).
+    """
 
     def __init__(self, config: ProviderConfig) -> None:
-        self.name = config.name
-        self._config = config
-        self._runner = CliRunner(
-            config.name,
-            config,
-            default_command=translate.DEFAULT_COMMAND,
-            install_hint=translate.INSTALL_HINT,
+        super().__init__(
+            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
-        self.capabilities = Capabilities(
-            streaming="token",
-            tools=False,
-            vision=False,
-            json_mode=True,  # as an instruction in the system prompt
-            sampling=False,
-            max_concurrent=self._runner.max_concurrent,
-            cacheable=config.cacheable,
-            drops=translate.DROPS,
-        )
+        self.capabilities = self._capabilities(translate.DROPS)
 
     @property
     def runner(self) -> CliRunner:
@@ -51,39 +40,18 @@ class QwenCliProvider:
 
     async def health(self) -> ProviderHealth:
         started = time.perf_counter()
-        path = self._runner.resolve_command()
-        if path is None:
-            return ProviderHealth(
-                False, (f"binary: {self._runner.not_found().message}",), translate.INSTALL_HINT
-            )
-        checks = [f"binary: {path}"]
-        try:
-            checks.append(f"version: {await cli_version(self._runner)}")
-        except ProviderError as exc:
-            checks.append(f"version: failed ({exc.message})")
-            return ProviderHealth(False, tuple(checks), f"reinstall: {translate.INSTALL_HINT}")
-        source = credential_check(
-            self._config.user_home,
-            [src for src, _ in translate.CREDENTIALS],
-            self._config.env,
-            translate.CREDENTIAL_ENV,
-        )
-        latency = round((time.perf_counter() - started) * 1000, 1)
-        if source is None:
-            checks.append("logged in: no (no ~/.qwen/oauth_creds.json, no API key in env)")
-            fix = (
+        checks, failed = await self._binary_checks()
+        if failed is not None:
+            return failed
+        return self._logged_in(
+            checks,
+            started,
+            files=[src for src, _ in translate.CREDENTIALS],
+            env_names=translate.CREDENTIAL_ENV,
+            missing="no ~/.qwen/oauth_creds.json, no API key in env",
+            fix=(
                 "run `qwen` once and log in with /auth (Qwen OAuth), or set "
                 f"providers.{self.name}.env.OPENAI_API_KEY (and OPENAI_BASE_URL)"
-            )
-            return ProviderHealth(False, tuple(checks), fix, latency)
-        auth = translate.auth_type(self._config.env)
-        checks.append(f"logged in: yes ({source}; --auth-type {auth})")
-        checks.append("drops: " + ", ".join(translate.DROPS))
-        return ProviderHealth(True, tuple(checks), None, latency)
-
-    def quota(self) -> QuotaSnapshot | None:
-        # Qwen Code reports no quota figures headless (cli-formats.md §8).
-        return None
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()
+            ),
+            detail=f"; --auth-type {translate.auth_type(self._config.env)}",
+        )

@@ -11,12 +11,12 @@ from typing import Any
 import orjson
 
 from olp.config.model import ProviderConfig
-from olp.errors import ProviderError
 from olp.ir import ChatRequest, Event
-from olp.providers._cli_stream import cli_version, credential_check
+from olp.providers._cli_provider import CliProvider
+from olp.providers._cli_stream import credential_check
 from olp.providers._prompt import COMMON_CLI_DROPS, serialise
-from olp.providers._subprocess import CliInvocation, CliRunner
-from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers._subprocess import CliInvocation
+from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.vibe_cli import translate
 from olp.providers.vibe_cli.events import VibeStream
 
@@ -31,34 +31,25 @@ DROPS = (
 _EXPORT_CAP = 1024 * 1024
 
 
-class VibeCliProvider:
-    """Le Chat Pro / a Mistral key through Mistral's `vibe` CLI."""
+class VibeCliProvider(CliProvider):
+    """Le Chat Pro / a Mistral key through Mistral's `vibe` CLI.
+
+    No `quota()`: Vibe exposes nothing beyond the upstream's 429s.
+    """
 
     def __init__(self, config: ProviderConfig) -> None:
-        self.name = config.name
-        self._config = config
         timeouts = config.timeouts
         # Vibe prints each message only once it is complete: silence on stdout is the
         # model writing, not a stall. OLP's idle deadline therefore spans the whole hop;
         # Vibe's own `api_stream_idle_timeout` watches the upstream stream instead.
-        runner_config = replace(config, timeouts=replace(timeouts, idle_ms=timeouts.total_ms))
-        self._runner = CliRunner(
-            config.name,
-            runner_config,
+        super().__init__(
+            config,
             default_command=translate.DEFAULT_COMMAND,
             install_hint=translate.INSTALL_HINT,
+            runner_config=replace(config, timeouts=replace(timeouts, idle_ms=timeouts.total_ms)),
         )
         self._upstream = translate.upstream_from_env(config.env)
-        self.capabilities = Capabilities(
-            streaming="message",
-            tools=False,
-            vision=False,
-            json_mode=True,
-            sampling=False,
-            max_concurrent=self._runner.max_concurrent,
-            cacheable=config.cacheable,
-            drops=DROPS,
-        )
+        self.capabilities = self._capabilities(DROPS, streaming="message")
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         cli = serialise(request)
@@ -90,19 +81,9 @@ class VibeCliProvider:
 
     async def health(self) -> ProviderHealth:
         """Binary, version, credentials — without calling a model."""
-        command = self._runner.resolve_command()
-        if command is None:
-            return ProviderHealth(
-                ok=False,
-                checks=(f"binary: {self._runner.command} not found",),
-                fix=f"{translate.INSTALL_HINT} (or set providers.{self.name}.command)",
-            )
-        checks = [f"binary: {command}"]
-        try:
-            checks.append(f"version: {await cli_version(self._runner)}")
-        except ProviderError as exc:
-            checks.append(f"version: {exc.message}")
-            return ProviderHealth(ok=False, checks=tuple(checks), fix=translate.INSTALL_HINT)
+        checks, failed = await self._binary_checks(short=True)
+        if failed is not None:
+            return failed
         checks.append(f"upstream: {self._upstream.api_base} (backend {self._upstream.backend})")
         found = credential_check(
             self._config.user_home,
@@ -110,15 +91,12 @@ class VibeCliProvider:
             self._config.env,
             ("MISTRAL_API_KEY",),
         )
-        checks.append(f"credentials: {found or 'none (no MISTRAL_API_KEY, no ~/.vibe/.env)'}")
-        fix = None if found else f"{self._runner.command} --setup"
-        return ProviderHealth(ok=found is not None, checks=tuple(checks), fix=fix)
-
-    def quota(self) -> QuotaSnapshot | None:
-        return None  # Vibe exposes nothing beyond the upstream's 429s
-
-    async def aclose(self) -> None:
-        await self._runner.aclose()
+        return self._credentials(
+            checks,
+            found,
+            missing="no MISTRAL_API_KEY, no ~/.vibe/.env",
+            fix=f"{self._runner.command} --setup",
+        )
 
 
 def _read_export(path: Path) -> Mapping[str, Any] | None:

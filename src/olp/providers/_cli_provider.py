@@ -1,0 +1,138 @@
+"""What every subscription-CLI provider shares, so each `provider.py` keeps only its own.
+
+    class QwenCliProvider(CliProvider):
+        def __init__(self, config: ProviderConfig) -> None:
+            super().__init__(config, default_command=..., install_hint=...)
+            self.capabilities = self._capabilities(translate.DROPS)
+
+A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in common (no
+tools, no sampling, JSON mode as an instruction, the runner's concurrency), reports no
+quota unless the provider overrides `quota()`, and kills its children in `aclose()`.
+
+`health()` stays in each provider (what "logged in" means differs) but is assembled from
+the shared steps: `_binary_checks()` (binary found + `--version`), then either
+`_logged_in()` or `_credentials()` for the login check and its fix command. The two
+wordings in use are kept as they are (`short=True`: codex, gemini and vibe).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Literal
+
+from olp.config.model import ProviderConfig
+from olp.errors import ProviderError
+from olp.providers._cli_stream import cli_version, credential_check
+from olp.providers._subprocess import CliRunner
+from olp.providers.base import Capabilities, ProviderHealth, QuotaSnapshot
+
+__all__ = ["CliProvider"]
+
+
+class CliProvider:
+    """The shared half of a CLI provider; subclasses add `stream()` and `health()`."""
+
+    name: str
+    capabilities: Capabilities
+
+    def __init__(
+        self,
+        config: ProviderConfig,
+        *,
+        default_command: str,
+        install_hint: str,
+        runner_config: ProviderConfig | None = None,
+    ) -> None:
+        """`runner_config`: the config the runner enforces, if not `config` itself."""
+        self.name = config.name
+        self._config = config
+        self._install_hint = install_hint
+        self._runner = CliRunner(
+            config.name,
+            runner_config or config,
+            default_command=default_command,
+            install_hint=install_hint,
+        )
+
+    def _capabilities(
+        self,
+        drops: tuple[str, ...],
+        *,
+        streaming: Literal["token", "message"] = "token",
+        vision: bool = False,
+        quota_signals: tuple[str, ...] = (),
+    ) -> Capabilities:
+        return Capabilities(
+            streaming=streaming,
+            tools=False,
+            vision=vision,
+            json_mode=True,  # as an instruction in the system prompt
+            sampling=False,
+            max_concurrent=self._runner.max_concurrent,
+            cacheable=self._config.cacheable,
+            drops=drops,
+            quota_signals=quota_signals,
+        )
+
+    async def _binary_checks(
+        self, *, short: bool = False
+    ) -> tuple[list[str], ProviderHealth | None]:
+        """`binary: …` and `version: …`, and the failed health if either is missing."""
+        runner, hint = self._runner, self._install_hint
+        path = runner.resolve_command()
+        if path is None:
+            if short:
+                checks = (f"binary: {runner.command} not found",)
+                fix = f"{hint} (or set providers.{self.name}.command)"
+            else:
+                checks, fix = (f"binary: {runner.not_found().message}",), hint
+            return [], ProviderHealth(False, checks, fix)
+        found = [f"binary: {path}"]
+        try:
+            found.append(f"version: {await cli_version(runner)}")
+        except ProviderError as exc:
+            if short:
+                found.append(f"version: {exc.message}")
+                return found, ProviderHealth(False, tuple(found), hint)
+            found.append(f"version: failed ({exc.message})")
+            return found, ProviderHealth(False, tuple(found), f"reinstall: {hint}")
+        return found, None
+
+    def _logged_in(
+        self,
+        checks: list[str],
+        started: float,
+        *,
+        files: Sequence[str],
+        env_names: Sequence[str],
+        missing: str,
+        fix: str,
+        detail: str = "",
+    ) -> ProviderHealth:
+        """`logged in: yes (<source><detail>)` and the drops, or `logged in: no (<missing>)`
+        with `fix`; timed from `started` (a `time.perf_counter()`)."""
+        config = self._config
+        source = credential_check(config.user_home, files, config.env, env_names)
+        latency = round((time.perf_counter() - started) * 1000, 1)
+        if source is None:
+            checks.append(f"logged in: no ({missing})")
+            return ProviderHealth(False, tuple(checks), fix, latency)
+        checks.append(f"logged in: yes ({source}{detail})")
+        checks.append("drops: " + ", ".join(self.capabilities.drops))
+        return ProviderHealth(True, tuple(checks), None, latency)
+
+    def _credentials(
+        self, checks: list[str], found: str | None, *, missing: str, fix: str
+    ) -> ProviderHealth:
+        """`credentials: <found>`, or `credentials: none (<missing>)` with `fix`."""
+        checks.append(f"credentials: {found or f'none ({missing})'}")
+        return ProviderHealth(
+            ok=found is not None, checks=tuple(checks), fix=None if found else fix
+        )
+
+    def quota(self) -> QuotaSnapshot | None:
+        return None
+
+    async def aclose(self) -> None:
+        await self._runner.aclose()
