@@ -40,7 +40,7 @@ def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> Outcome
                 model=outcome.model if answered else None,
                 status=outcome.status,
                 hops=outcome.hops,
-                cache="hit" if outcome.shared else outcome.cache,
+                cache=outcome.cache,
                 error_code=outcome.error_code,
                 usage=outcome.usage,
                 cost=request_cost(outcome, pricing, config) if answered else NO_COST,
