@@ -177,7 +177,7 @@ def test_table_is_readable(olp: Olp) -> None:
     assert "$0.0040*" in bob  # bob has an unpriced request: marked
     total = next(line for line in lines if line.startswith("total"))
     assert total.split()[1:3] == ["8", "1"]
-    assert "1 request(s) used a model with no known price" in out
+    assert "1 request(s) with no known cost" in out
 
 
 @pytest.mark.parametrize("by", ["provider", "model", "day"])

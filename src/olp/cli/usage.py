@@ -143,8 +143,9 @@ def _table(report: dict[str, Any]) -> str:
     if unpriced:
         lines += [
             "",
-            f"* {unpriced} request(s) used a model with no known price: not in the cost sums.",
-            '  Add its price under "pricing" in config.json (see docs/usage.md).',
+            f"* {unpriced} request(s) with no known cost, not in the sums: a model with no",
+            '  price (add it under "pricing" in config.json), or no usage reported by the',
+            "  provider (e.g. the client left mid-answer). See docs/usage.md.",
         ]
     return "\n".join(lines)
 

@@ -29,12 +29,16 @@ def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> C
 def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> OutcomeObserver:
     def observe(outcome: RequestOutcome) -> None:
         identity = outcome.identity
+        if identity is None:
+            # Refused before we knew who asked (401): a flood of bad tokens must not grow
+            # the ledger; /metrics still counts them.
+            return
         answered = outcome.provider != "none" and outcome.error_code is None
         ledger.record_request(
             RequestRecord(
                 request_id=outcome.request_id,
-                key_id=identity.key_id if identity else "unauthenticated",
-                key_name=identity.name if identity else "unauthenticated",
+                key_id=identity.key_id,
+                key_name=identity.name,
                 requested_model=outcome.requested_model,
                 provider=outcome.provider if answered else None,
                 model=outcome.model if answered else None,
