@@ -10,9 +10,10 @@ tools, no sampling, JSON mode as an instruction, the runner's concurrency), repo
 quota unless the provider overrides `quota()`, and kills its children in `aclose()`.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
-the shared steps: `_binary_checks()` (binary found + `--version`), then either
-`_logged_in()` or `_credentials()` for the login check and its fix command. The two
-wordings in use are kept as they are (`short=True`: codex, gemini and vibe).
+the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
+for the login check and its fix command; or all of it, timed, in `_health_logged_in()`
+(claude, qwen). The two wordings in use are kept as they are (`short=True`: codex, gemini
+and vibe).
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class CliProvider:
             default_command=default_command,
             install_hint=install_hint,
         )
+
+    @property
+    def runner(self) -> CliRunner:
+        """Children running now and the concurrency limit (status page, metrics)."""
+        return self._runner
 
     def _capabilities(
         self,
@@ -99,10 +105,8 @@ class CliProvider:
             return found, ProviderHealth(False, tuple(found), f"reinstall: {hint}")
         return found, None
 
-    def _logged_in(
+    async def _health_logged_in(
         self,
-        checks: list[str],
-        started: float,
         *,
         files: Sequence[str],
         env_names: Sequence[str],
@@ -110,8 +114,12 @@ class CliProvider:
         fix: str,
         detail: str = "",
     ) -> ProviderHealth:
-        """`logged in: yes (<source><detail>)` and the drops, or `logged in: no (<missing>)`
-        with `fix`; timed from `started` (a `time.perf_counter()`)."""
+        """The binary checks, then `logged in: yes (<source><detail>)` and the drops, or
+        `logged in: no (<missing>)` with `fix`; timed unless the binary checks failed."""
+        started = time.perf_counter()
+        checks, failed = await self._binary_checks()
+        if failed is not None:
+            return failed
         config = self._config
         source = credential_check(config.user_home, files, config.env, env_names)
         latency = round((time.perf_counter() - started) * 1000, 1)

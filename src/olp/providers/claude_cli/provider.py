@@ -10,7 +10,6 @@ from olp.ir import ChatRequest, Event
 from olp.providers._claude_stream import RateLimitInfo
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
-from olp.providers._subprocess import CliRunner
 from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
@@ -29,10 +28,6 @@ class ClaudeCliProvider(CliProvider):
         self._rate_limit: RateLimitInfo | None = None
         self._rate_limit_at = 0.0
 
-    @property
-    def runner(self) -> CliRunner:
-        return self._runner
-
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(request, self._config.timeouts)
         translator = translate.ClaudeTranslator(
@@ -46,13 +41,7 @@ class ClaudeCliProvider(CliProvider):
         self._rate_limit_at = time.time()
 
     async def health(self) -> ProviderHealth:
-        started = time.perf_counter()
-        checks, failed = await self._binary_checks()
-        if failed is not None:
-            return failed
-        return self._logged_in(
-            checks,
-            started,
+        return await self._health_logged_in(
             files=[src for src, _ in translate.CREDENTIALS],
             env_names=translate.CREDENTIAL_ENV,
             missing="no ~/.claude/.credentials.json, no API key in env",

@@ -9,7 +9,6 @@ from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
-from olp.providers._subprocess import CliRunner
 from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.qwen_cli import translate
 
@@ -28,10 +27,6 @@ class QwenCliProvider(CliProvider):
         )
         self.capabilities = self._capabilities(translate.DROPS)
 
-    @property
-    def runner(self) -> CliRunner:
-        return self._runner
-
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(request, self._config.env)
         translator = translate.QwenTranslator(self.name, time.time, self._runner.command)
@@ -39,13 +34,7 @@ class QwenCliProvider(CliProvider):
             yield event
 
     async def health(self) -> ProviderHealth:
-        started = time.perf_counter()
-        checks, failed = await self._binary_checks()
-        if failed is not None:
-            return failed
-        return self._logged_in(
-            checks,
-            started,
+        return await self._health_logged_in(
             files=[src for src, _ in translate.CREDENTIALS],
             env_names=translate.CREDENTIAL_ENV,
             missing="no ~/.qwen/oauth_creds.json, no API key in env",
