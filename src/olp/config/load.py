@@ -45,8 +45,15 @@ SOFT_TRIGGER_KEYS = (
 )
 # What a CLI child may inherit from OLP's environment; everything else is scrubbed.
 CHILD_ENV_ALLOWLIST = (
-    "PATH", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "SSL_CERT_FILE", "SSL_CERT_DIR",
-    "NODE_EXTRA_CA_CERTS", "REQUESTS_CA_BUNDLE",
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
 )
 _SECRET_HINT = {
     "api_key": "secrets never live in config.json: set api_key_env to the name of an "
@@ -278,7 +285,8 @@ def _pricing(root: Reader) -> dict[str, PriceOverride]:
     for model, r in root.items("pricing"):
         cached = r.number("cached_input", -1, lo=0) if r.has("cached_input") else None
         prices[model] = PriceOverride(
-            input=r.number("input", 0, lo=0), output=r.number("output", 0, lo=0),
+            input=r.number("input", 0, lo=0),
+            output=r.number("output", 0, lo=0),
             cached_input=cached,
         )
         for key in ("input", "output"):

@@ -31,7 +31,10 @@ class Migration:
 
 
 def open_database(
-    path: Path, migrations: Sequence[Migration], *, busy_timeout_ms: int = 5000,
+    path: Path,
+    migrations: Sequence[Migration],
+    *,
+    busy_timeout_ms: int = 5000,
     check_same_thread: bool = True,
 ) -> sqlite3.Connection:
     """Open (creating if needed) and migrate; raise DatabaseError naming the problem."""
