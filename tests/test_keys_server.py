@@ -226,6 +226,40 @@ def test_authenticator_sees_changes_from_another_connection(tmp_path: Path) -> N
     asyncio.run(auth.aclose())
 
 
+def test_authenticator_asks_sqlite_only_when_the_wal_header_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = keys_db_path(tmp_path)
+    auth = DbAuthenticator(path, [], allow_anonymous=False)
+    other = KeyStore.open(path)
+    new = other.create("alice")
+    reads = 0
+    data_version = auth._store.data_version
+
+    def counted() -> int:
+        nonlocal reads
+        reads += 1
+        return data_version()
+
+    monkeypatch.setattr(auth._store, "data_version", counted)
+    assert auth.authenticate(new.secret).key_id == new.record.id
+    assert reads == 1
+    for _ in range(5):
+        auth.authenticate(new.secret)
+    assert reads == 1  # nothing committed meanwhile: no SQLite call
+    # Checkpoints that restart or truncate the WAL, then commits: each one still seen.
+    for mode, rpm in (("TRUNCATE", 3), ("RESTART", 4), ("PASSIVE", 5), ("TRUNCATE", 6)):
+        other._conn.execute(f"PRAGMA wal_checkpoint({mode})")
+        other.update("alice", rpm=rpm)
+        assert auth.authenticate(new.secret).limits.rpm == rpm
+    other._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    other.revoke(new.record.id)
+    with pytest.raises(InvalidApiKey):
+        auth.authenticate(new.secret)
+    other.close()
+    asyncio.run(auth.aclose())
+
+
 def _request(client: str) -> Request:
     scope = {
         "type": "http",

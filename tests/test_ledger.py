@@ -22,10 +22,10 @@ import orjson
 import pytest
 
 from olp.accounts.ledger import SPILL_FILE, Ledger
-from olp.accounts.ledger_rows import LEDGER_FILE, AttemptRecord, RequestRecord
+from olp.accounts.ledger_rows import LEDGER_FILE, MIGRATIONS, AttemptRecord, RequestRecord
 from olp.accounts.pricing import Cost
 from olp.ir import Usage
-from olp.storage import DatabaseError
+from olp.storage import DatabaseError, open_database
 
 from fakes.upstream import FakeUpstream, Slow
 from olp_server import OWNER_TOKEN, ProcessServer, write_config
@@ -321,6 +321,23 @@ def test_a_newer_schema_is_refused(db: Path) -> None:
         conn.execute("PRAGMA user_version = 99")
     with pytest.raises(DatabaseError, match="newer OLP"):
         Ledger(db)
+
+
+def test_a_version_1_ledger_keeps_its_rows_and_loses_the_unused_indexes(db: Path) -> None:
+    open_database(db, MIGRATIONS[:1]).close()  # a ledger made by schema 1
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "INSERT INTO ledger_attempts (request_id, ts, chain, hop, provider, model, "
+            "outcome, latency_ms) VALUES ('r1', 1.0, 'c', 0, 'p', 'm', 'served', 1.0)"
+        )
+    conn.close()
+    ledger = Ledger(db)
+    ledger.record_request(request("r2"))
+    ledger.close()
+    indexes = {n for (n,) in rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert indexes == {"ledger_requests_ts", "ledger_attempts_ts"}  # what the queries use
+    assert rows(db, "PRAGMA user_version") == [(2,)]
+    assert count(db, "ledger_attempts") == 1 and count(db) == 1
 
 
 _CHILD = textwrap.dedent(

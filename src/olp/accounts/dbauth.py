@@ -1,8 +1,9 @@
 """`DbAuthenticator`: keys from the key store, the owner token and key, anonymous callers.
 
-Hot path: one SHA-256 of the token, one `PRAGMA data_version` read on an idle connection
-(served from SQLite's shared-memory WAL index: no query, no lock wait), one dict lookup.
-The key table is reloaded only when `data_version` says another connection committed —
+Hot path: one SHA-256 of the token, a 48-byte read of the WAL-index header that SQLite
+keeps in `keys.db-shm` (mapped into memory: no system call, no GIL release — see
+`_WalHeader`), one dict lookup. Only when that header changed is `PRAGMA data_version`
+read, and the key table is reloaded only when that says another connection committed —
 which is how a key revoked, rotated or changed by `olp keys` (another process) takes effect
 on the very next request without a restart and without a query per request.
 
@@ -16,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import mmap
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -79,11 +82,14 @@ class DbAuthenticator:
         self._store = KeyStore.open(path, check_same_thread=False)
         self._by_digest: dict[bytes, Identity] = dict(self._owner)
         self._version: int | None = None
+        self._wal_header = _WalHeader(Path(f"{path}-shm"))
+        self._seen_header: bytes | None = None
         self._touched: dict[str, float] = {}
         self._writer: KeyStore | None = None
         self._write_lock = threading.Lock()
         # A DatabaseError here surfaces at start, with its explanation.
         self._version = self._store.data_version()
+        self._wal_header.open()  # the read above made SQLite create keys.db-shm
         self._load()
 
     # -- the hot path -------------------------------------------------------------------
@@ -105,11 +111,15 @@ class DbAuthenticator:
         return identity
 
     def _refresh(self) -> None:
+        header = self._wal_header.read()  # before data_version: see _WalHeader
+        if header is not None and header == self._seen_header:
+            return
         try:
             version = self._store.data_version()
             if version != self._version:
                 self._load()
                 self._version = version
+            self._seen_header = header
         except OLPError as exc:  # DatabaseError: the file went away, got damaged, ...
             self._fail_closed(exc)
 
@@ -125,6 +135,7 @@ class DbAuthenticator:
         # drop every stored key until a read succeeds (the next request retries).
         self._by_digest = dict(self._owner)
         self._version = None
+        self._seen_header = None
         log.error("key_store_unreadable", path=str(self._path), error=str(exc))
         raise KeyStoreUnavailable(
             "OLP cannot read its key store right now; the owner should check the server log."
@@ -163,5 +174,53 @@ class DbAuthenticator:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+        self._wal_header.close()  # before the connection that keeps `-shm` in place
         with contextlib.suppress(Exception):
             self._store.close()
+
+
+class _WalHeader:
+    """The WAL-index header of a WAL-mode database, read from its mapped `-shm` file.
+
+    Why an unchanged header proves that no other connection committed since the
+    `data_version` read it was stored with (the header is read first, so a commit between
+    the two shows as a changed header next time):
+    - `data_version` itself is SQLite noticing, when a read starts, that this very header
+      differs from the one it cached; the header is what SQLite trusts for the same question.
+    - every commit in WAL mode ends by rewriting the header in shared memory
+      (`walIndexWriteHdr`), with its change counter `iChange` incremented, its frame count
+      and checksums updated; a WAL restart after a checkpoint changes the salts. So a
+      finished commit (the CLI has returned) has always changed these 48 bytes.
+    - the file is mapped MAP_SHARED, so another process's write is visible at once; a
+      torn read while a commit is half done only looks changed (a needless data_version).
+    - WAL mode sticks to the file (open_database sets it) and cannot be switched off while
+      our connection is open; SQLite truncates or rebuilds `-shm` only when no connection
+      has it open, and ours (the key store's) keeps it open for the server's life. A file
+      swapped in by rename would escape both this and data_version alike (as before).
+    Anything unexpected — no `-shm` file, too short, not mappable — gives None, and the
+    caller reads data_version on every request, as it did before this existed.
+    """
+
+    _SIZE = 48  # the first copy of the header (SQLite writes the second, then this one)
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._map: mmap.mmap | None = None
+
+    def open(self) -> None:
+        try:
+            with self._path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size >= 2 * self._SIZE:
+                    self._map = mmap.mmap(f.fileno(), 2 * self._SIZE, access=mmap.ACCESS_READ)
+        except (OSError, ValueError):
+            self._map = None
+
+    def read(self) -> bytes | None:
+        if self._map is None:
+            return None
+        return self._map[: self._SIZE]
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None

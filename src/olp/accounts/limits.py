@@ -56,17 +56,24 @@ class _Counters:
     __slots__ = (
         "counts",
         "day",
+        "low",
         "month_end",
         "month_start",
         "requests",
         "seconds",
         "tokens",
+        "total",
         "usd",
     )
 
     def __init__(self) -> None:
         self.seconds = [-1] * _WINDOW  # which second each bucket currently counts
         self.counts = [0] * _WINDOW
+        # Running count for the minute window: `total` is the sum of the buckets whose
+        # second is >= `low` (the window's oldest second when last asked), kept up to date
+        # by add_request and advanced by in_window, so a check costs O(1), not a 60-sum.
+        self.low = 0
+        self.total = 0
         self.day = -1
         self.requests = 0
         self.tokens = 0
@@ -86,12 +93,30 @@ class _Counters:
         second = int(at)
         slot = second % _WINDOW
         if self.seconds[slot] != second:
+            if self.seconds[slot] >= self.low:
+                self.total -= self.counts[slot]
             self.seconds[slot], self.counts[slot] = second, 0
         self.counts[slot] += 1
+        if second >= self.low:
+            self.total += 1
 
     def in_window(self, now: float) -> int:
         oldest = int(now) - _WINDOW + 1
-        return sum(c for s, c in zip(self.seconds, self.counts, strict=True) if s >= oldest)
+        low = self.low
+        if oldest == low:
+            return self.total
+        if low < oldest <= low + _WINDOW:  # the usual case: a second or a few went by
+            seconds, counts = self.seconds, self.counts
+            for second in range(low, oldest):
+                slot = second % _WINDOW
+                if seconds[slot] == second:
+                    self.total -= counts[slot]
+        else:  # idle for over a minute, or the clock went back: count afresh
+            self.total = sum(
+                c for s, c in zip(self.seconds, self.counts, strict=True) if s >= oldest
+            )
+        self.low = oldest
+        return self.total
 
     def recent(self, now: float) -> list[tuple[int, int]]:
         """(second, count) of the buckets still in the window, oldest first."""

@@ -88,12 +88,18 @@ def token_cost(usage: Usage, price: UnitPrice) -> float:
     return dollars * _PER_TOKEN
 
 
+_MAX_PLANS = 4096
+
+
 class Pricing:
     """Prices requests from the registry's list prices and config.json's `pricing`."""
 
     def __init__(self, registry: Registry, config: Config) -> None:
         self._registry = registry
         self._config = config
+        self._plans: dict[
+            tuple[str, str, str], tuple[Billing, tuple[UnitPrice, CostSource] | None]
+        ] = {}
 
     def billing(self, provider_name: str, provider_type: str) -> Billing:
         """The provider's `billing` setting, else by type: CLIs are subscriptions."""
@@ -123,23 +129,31 @@ class Pricing:
         self, provider_name: str, provider_type: str, model: str, usage: Usage | None
     ) -> Cost:
         """The cost of one answered request (`model` as sent to that provider)."""
-        billing = self.billing(provider_name, provider_type)
-        api_cost, source = self._api_cost(provider_name, provider_type, model, usage)
+        # Called on the event loop for every answered request (ledger row and USD limit):
+        # the billing mode and unit price depend only on the frozen config and registry,
+        # so look them up once per (provider, type, model), not per request.
+        plan_key = (provider_name, provider_type, model)
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            if len(self._plans) >= _MAX_PLANS:  # model names can come from requests
+                self._plans.clear()
+            plan = self._plans[plan_key] = (
+                self.billing(provider_name, provider_type),
+                self.unit_price(provider_name, provider_type, model),
+            )
+        billing, priced = plan
+        api_cost: float | None
+        source: CostSource
+        if usage is not None and usage.cost_usd is not None:
+            api_cost, source = max(usage.cost_usd, 0.0), "provider"
+        elif priced is None or usage is None:
+            # No usage report at all: the tokens, and so the cost, are unknown.
+            api_cost, source = None, "unknown"
+        else:
+            api_cost, source = token_cost(usage, priced[0]), priced[1]
         if billing == "subscription":
             return Cost(0.0, api_cost, source)
         return Cost(api_cost, api_cost, source)
-
-    def _api_cost(
-        self, provider_name: str, provider_type: str, model: str, usage: Usage | None
-    ) -> tuple[float | None, CostSource]:
-        if usage is not None and usage.cost_usd is not None:
-            return max(usage.cost_usd, 0.0), "provider"
-        priced = self.unit_price(provider_name, provider_type, model)
-        # No usage report at all: the tokens, and so the cost, are unknown.
-        if priced is None or usage is None:
-            return None, "unknown"
-        price, source = priced
-        return token_cost(usage, price), source
 
     def _override(self, provider_name: str, model: str, canonical: str) -> PriceOverride | None:
         pricing = self._config.pricing
