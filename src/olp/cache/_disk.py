@@ -14,9 +14,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 from olp.observability import event_logger
@@ -148,37 +146,52 @@ def delete_rows(conn: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
         conn.executemany("DELETE FROM entries WHERE namespace = ? AND key = ?", rows)
 
 
-# A write to apply; a threading.Event to set once everything before it is applied; or
-# None to stop the thread.
-Op = Callable[[sqlite3.Connection], None] | threading.Event | None
+# A write to apply (a tuple whose first item names it, see `DiskWriter`); a threading.Event
+# to set once everything before it is applied; or None to stop the thread.
+Op = tuple[object, ...] | threading.Event | None
 Row = tuple[str, str, int, float, float, float, bytes]
+
+_PUT, _DELETE, _CLEAR, _TOUCH = 0, 1, 2, 3
+# After a wake-up the writer lets writes gather for this long (a flush or close cuts it
+# short) and applies them all in one transaction: a COMMIT costs as much as a few hundred
+# small writes, and under load a miss is an insert plus an eviction.
+_BATCH_WINDOW_S = 0.05
 
 
 class DiskWriter:
     """Applies writes to the cache file from one background thread, batched per wake-up.
 
     Callers only enqueue (a few hundred nanoseconds); a failed write is logged and
-    dropped, which at worst loses a cache entry.
+    dropped, which at worst loses a cache entry. Within a batch only the last put or delete
+    of an entry is written (an insert replaces the row anyway; a delete makes an earlier
+    insert moot), and the batch is one transaction.
     """
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        window_s: float = _BATCH_WINDOW_S,
+    ) -> None:
         self._conn = conn
         self._queue: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        self._window_s = window_s
+        self._urgent = threading.Event()  # set by flush() and close()
         self._thread = threading.Thread(target=self._run, name="olp-cache-writer", daemon=True)
         self._closed = False
         self._thread.start()
 
     def put(self, row: Row) -> None:
-        self._queue.put(partial(_put, row))
+        self._queue.put((_PUT, row))
 
     def delete(self, namespace: str, key: str) -> None:
-        self._queue.put(partial(_delete, namespace, key))
+        self._queue.put((_DELETE, namespace, key))
 
     def clear(self, namespace: str | None) -> None:
-        self._queue.put(partial(_clear, namespace))
+        self._queue.put((_CLEAR, namespace))
 
     def touch(self, rows: list[tuple[float, str, str]]) -> None:
-        self._queue.put(partial(_touch, rows))
+        self._queue.put((_TOUCH, rows))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued so far is on disk (or `timeout` passed)."""
@@ -186,6 +199,7 @@ class DiskWriter:
             return True
         done = threading.Event()
         self._queue.put(done)
+        self._urgent.set()
         return done.wait(timeout)
 
     def close(self) -> None:
@@ -194,15 +208,22 @@ class DiskWriter:
             return
         self._closed = True
         self._queue.put(None)
+        self._urgent.set()
         self._thread.join()
         self._conn.close()
 
     def _run(self) -> None:
+        get, get_nowait = self._queue.get, self._queue.get_nowait
         while True:
-            batch = [self._queue.get()]
+            batch = [get()]
+            if isinstance(batch[0], tuple):
+                # Let more writes gather (one wake-up, one transaction for all of them);
+                # a flush or close cuts the wait short.
+                self._urgent.wait(self._window_s)
+            self._urgent.clear()
             while True:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    batch.append(get_nowait())
                 except queue.Empty:
                     break
             if self._apply(batch):
@@ -210,31 +231,68 @@ class DiskWriter:
 
     def _apply(self, batch: list[Op]) -> bool:
         """Apply one batch in one transaction; True when the thread must stop."""
-        writes = [op for op in batch if callable(op)]
-        try:
-            if writes:
+        writes = [op for op in batch if isinstance(op, tuple)]
+        if writes:
+            try:
                 self._conn.execute("BEGIN")
-                for write in writes:
-                    write(self._conn)
+                _write(self._conn, writes)
                 self._conn.execute("COMMIT")
-        except Exception as exc:
-            # A full disk or a file damaged under us: the cache loses these writes, no more.
-            log.warning("cache_write_failed", error=repr(exc), ops=len(writes))
-            with contextlib.suppress(sqlite3.Error):
-                if self._conn.in_transaction:
-                    self._conn.execute("ROLLBACK")
+            except Exception as exc:
+                # A full disk or a file damaged under us: the cache loses these writes, no more.
+                log.warning("cache_write_failed", error=repr(exc), ops=len(writes))
+                with contextlib.suppress(sqlite3.Error):
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
         for op in batch:
             if isinstance(op, threading.Event):
                 op.set()
         return any(op is None for op in batch)
 
 
-def _put(row: Row, conn: sqlite3.Connection) -> None:
-    conn.execute("INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)", row)
+_INSERT = "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)"
+_DELETE_ONE = "DELETE FROM entries WHERE namespace = ? AND key = ?"
+_TOUCH_SQL = "UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?"
 
 
-def _delete(namespace: str, key: str, conn: sqlite3.Connection) -> None:
-    conn.execute("DELETE FROM entries WHERE namespace = ? AND key = ?", (namespace, key))
+def _write(conn: sqlite3.Connection, writes: list[tuple[object, ...]]) -> None:
+    """Apply `writes` in order, keeping only the last put or delete of each entry."""
+    last: dict[tuple[object, object], int] = {}
+    for i, op in enumerate(writes):
+        kind = op[0]
+        if kind == _PUT:
+            row = op[1]
+            last[(row[0], row[1])] = i  # type: ignore[index]
+        elif kind == _DELETE:
+            last[(op[1], op[2])] = i
+    # Kept puts and deletes are of distinct entries, so they commute: each run between two
+    # clears or touches goes to two executemany calls. A clear or touch keeps its place.
+    puts: list[object] = []
+    deletes: list[tuple[object, object]] = []
+
+    def drain() -> None:
+        if deletes:
+            conn.executemany(_DELETE_ONE, deletes)
+            deletes.clear()
+        if puts:
+            conn.executemany(_INSERT, puts)  # type: ignore[arg-type]
+            puts.clear()
+
+    for i, op in enumerate(writes):
+        kind = op[0]
+        if kind == _PUT:
+            row = op[1]
+            if last[(row[0], row[1])] == i:  # type: ignore[index]
+                puts.append(row)
+        elif kind == _DELETE:
+            if last[(op[1], op[2])] == i:
+                deletes.append((op[1], op[2]))
+        else:
+            drain()
+            if kind == _CLEAR:
+                _clear(op[1], conn)  # type: ignore[arg-type]
+            else:
+                conn.executemany(_TOUCH_SQL, op[1])  # type: ignore[arg-type]
+    drain()
 
 
 def _clear(namespace: str | None, conn: sqlite3.Connection) -> None:
@@ -242,7 +300,3 @@ def _clear(namespace: str | None, conn: sqlite3.Connection) -> None:
         conn.execute("DELETE FROM entries")
     else:
         conn.execute("DELETE FROM entries WHERE namespace = ?", (namespace,))
-
-
-def _touch(rows: list[tuple[float, str, str]], conn: sqlite3.Connection) -> None:
-    conn.executemany("UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?", rows)

@@ -7,7 +7,7 @@ costs it nothing) and `start` after them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from olp.cache import CacheOutcome, HopRole, ResponseCache, hop_key
 from olp.engine.routing import Hop
@@ -28,6 +28,8 @@ class CacheScope:
     store: bool  # False: Cache-Control no-store
     # Anthropic `cache_control` markers in the request: bypass on Anthropic hops.
     prompt_cache_markers: bool = False
+    # Each hop's key, computed once: a miss asks for it in `find_cached` and in `start`.
+    _keys: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
     def stores(self, hop: Hop) -> bool:
         caps = hop.provider.capabilities
@@ -36,7 +38,11 @@ class CacheScope:
         return self.store and caps.cacheable
 
     def key(self, hop: Hop) -> str:
-        return hop_key(hop.name, hop.model, self.fingerprint)
+        at = (hop.name, hop.model)
+        key = self._keys.get(at)
+        if key is None:
+            key = self._keys[at] = hop_key(hop.name, hop.model, self.fingerprint)
+        return key
 
 
 @dataclass(frozen=True, slots=True)

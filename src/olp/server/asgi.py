@@ -113,13 +113,22 @@ class DisconnectWatch:
     upstream connection or kills the CLI.
     """
 
-    __slots__ = ("_active", "_task", "_watcher", "disconnected")
+    __slots__ = ("_active", "_receive", "_spawn", "_task", "_watcher", "disconnected")
 
     def __init__(self, receive: Receive) -> None:
         self._task = asyncio.current_task()
         self._active = True
         self.disconnected = False
-        self._watcher = asyncio.ensure_future(self._watch(receive))
+        self._receive = receive
+        self._watcher: asyncio.Task[None] | None = None
+        # The watcher task starts on the loop's next turn: a handler that finishes without
+        # ever waiting (a cache hit) never pays for a task it did not need.
+        self._spawn: asyncio.Handle | None = asyncio.get_running_loop().call_soon(self._start)
+
+    def _start(self) -> None:
+        self._spawn = None
+        if self._active:
+            self._watcher = asyncio.ensure_future(self._watch(self._receive))
 
     async def _watch(self, receive: Receive) -> None:
         while True:
@@ -132,4 +141,8 @@ class DisconnectWatch:
 
     def stop(self) -> None:
         self._active = False
-        self._watcher.cancel()
+        if self._spawn is not None:
+            self._spawn.cancel()
+            self._spawn = None
+        if self._watcher is not None:
+            self._watcher.cancel()
