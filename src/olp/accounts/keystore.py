@@ -42,7 +42,7 @@ from olp.accounts.keyrecord import (
 )
 from olp.accounts.owner_key import generate_key, hash_key
 from olp.errors import InvalidRequest, OLPError
-from olp.storage import DatabaseError, Migration, open_database
+from olp.storage import DatabaseError, Migration, explain, open_database
 
 __all__ = [
     "KEEP",
@@ -335,7 +335,7 @@ class KeyStore:
         try:
             yield
         except sqlite3.Error as exc:
-            raise _explain(self.path, exc) from exc
+            raise explain(self.path, exc) from exc
 
 
 def _changes(
@@ -373,18 +373,3 @@ def _private(path: Path) -> None:
     # Only hashes live here, but who has which limits is nobody else's business.
     with suppress(OSError):
         os.chmod(path, 0o600)
-
-
-def _explain(path: Path, exc: sqlite3.Error) -> DatabaseError:
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return DatabaseError(
-            f"{path} is locked by another process ({text}). Wait a moment and retry; if it "
-            "stays locked, find the process holding it (fuser/lsof)."
-        )
-    if "malformed" in text or "not a database" in text or "disk image" in text:
-        return DatabaseError(
-            f"{path} is damaged ({text}). OLP will not discard it: move it aside "
-            f"(mv {path} {path}.broken) to start afresh, or restore a backup."
-        )
-    return DatabaseError(f"{path}: {text}")

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from olp.storage.sqlite import DatabaseError, Migration, open_database
+from olp.storage.sqlite import DatabaseError, Migration, explain, open_database
 
-__all__ = ["DatabaseError", "Migration", "open_database"]
+__all__ = ["DatabaseError", "Migration", "explain", "open_database"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from olp.errors import OLPError
 
-__all__ = ["DatabaseError", "Migration", "open_database"]
+__all__ = ["DatabaseError", "Migration", "explain", "open_database"]
 
 
 class DatabaseError(OLPError):
@@ -52,7 +52,7 @@ def open_database(
         _migrate(conn, path, migrations)
     except sqlite3.DatabaseError as exc:
         conn.close()
-        raise _explain(path, exc) from exc
+        raise explain(path, exc) from exc
     except DatabaseError:
         conn.close()
         raise
@@ -95,12 +95,14 @@ def _run_script(conn: sqlite3.Connection, script: str) -> None:
             conn.execute(statement)
 
 
-def _explain(path: Path, exc: sqlite3.DatabaseError) -> DatabaseError:
+def explain(path: Path, exc: sqlite3.Error) -> DatabaseError:
+    """A DatabaseError that says what is wrong with `path` and how to fix it."""
     text = str(exc)
     if "locked" in text or "busy" in text:
         return DatabaseError(
-            f"{path} is locked by another process ({text}). Stop the other OLP using this "
-            "OLP_HOME, or wait and retry."
+            f"{path} is locked by another process ({text}). Wait a moment and retry; if it "
+            "stays locked, find the process holding it (fuser/lsof) — another OLP using this "
+            "OLP_HOME?"
         )
     if "not a database" in text or "malformed" in text or "disk image" in text:
         return DatabaseError(
