@@ -164,7 +164,8 @@ def detect_providers(
         notes.append(
             "no providers found: set an API key variable ("
             + ", ".join(a.env for a in KNOWN_API_KEYS)
-            + "), start Ollama, or write a config file"
+            + "), log in to a subscription CLI (claude, codex, vibe), start Ollama, "
+            "or run `olp setup` to write a config file"
         )
     notes.append(
         "to add more or build fallback chains, write $OLP_HOME/config.json "
