@@ -29,6 +29,7 @@ def cli() -> None:
 
     \b
     Quick start:
+      olp setup                 detect what you have; write config.json and your key
       olp start                 serve on http://127.0.0.1:3456/v1
       olp config check          validate $OLP_HOME/config.json and show each chain
       olp doctor                check every provider's setup
