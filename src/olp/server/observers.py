@@ -18,7 +18,17 @@ __all__ = ["ledger_attempts", "ledger_requests", "limit_usage"]
 
 
 def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
-    """Cost goes to the provider that answered (ADR-0014); a replay or shared call is free."""
+    """Cost goes to the provider that answered (ADR-0014); a replay or shared call is free.
+
+    Computed once per request and kept on the outcome: the ledger and the key's USD
+    counter both need it.
+    """
+    if outcome.cost is None:
+        outcome.cost = _price(outcome, pricing, config)
+    return outcome.cost
+
+
+def _price(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
     if outcome.provider == "none" or outcome.cache == "hit" or outcome.shared:
         return NO_COST
     pconf = config.providers.get(outcome.provider)

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from olp.accounts import Identity
+from olp.accounts.pricing import Cost
 from olp.errors import HopFailure
 from olp.ir import Usage
 
@@ -37,6 +38,8 @@ class RequestOutcome:
     truncated: bool = False
     # A singleflight follower: answered by another request's upstream call.
     shared: bool = False
+    # Priced once, by the first observer that needs it (observers.request_cost).
+    cost: Cost | None = None
 
 
 OutcomeObserver = Callable[[RequestOutcome], None]
