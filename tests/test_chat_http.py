@@ -100,7 +100,8 @@ def test_streamed_token_by_token(client: openai.OpenAI, upstream: FakeUpstream) 
 
 def test_stream_arrives_as_the_upstream_writes(olp: ThreadServer, upstream: FakeUpstream) -> None:
     """Real streaming: the first token reaches the client long before the last is written."""
-    upstream.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.3))
+    # Chunks 0.5 s apart: more than a busy machine stalls this client thread.
+    upstream.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.5))
     started = time.perf_counter()
     first_at = None
     with httpx.stream(
