@@ -30,8 +30,8 @@ from olp.cli.setup_plan import (
     candidates,
     default_plan,
     plan_chains,
-    render_config,
 )
+from olp.cli.setup_render import render_config
 from olp.config import Config, load_config
 from olp.providers.loader import load_plugins
 from olp.registry import load_registry

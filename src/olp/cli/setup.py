@@ -27,8 +27,8 @@ from olp.cli.setup_plan import (
     default_plan,
     nothing_found_note,
     plan_chains,
-    render_config,
 )
+from olp.cli.setup_render import render_config
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
 from olp.providers.loader import load_plugins
