@@ -114,6 +114,13 @@ def create_app(
         cache=ResponseCache(config.cache, config.home, clock),
         version=__version__,
     )
+    _wire_observers(ctx, clock)
+    return OLPApp(ctx, sync)
+
+
+def _wire_observers(ctx: AppContext, clock: Clock) -> None:
+    """Who hears about each finished request and each hop: limits, ledger, metrics."""
+    config, engine = ctx.config, ctx.engine
     # Limits hold across restarts: today's and this month's usage per key, from the ledger.
     ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
     if config.ledger.enabled:  # `"ledger": {"enabled": false}`: no usage rows at all
@@ -122,7 +129,6 @@ def create_app(
     ctx.observers.append(limit_usage(ctx.limits, ctx.pricing, config))
     engine.listeners.append(ctx.metrics.on_attempt)
     ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets
-    return OLPApp(ctx, sync)
 
 
 def _snapshots(providers: Mapping[str, Provider]) -> Callable[[str], QuotaSnapshot | None]:
