@@ -53,6 +53,8 @@ class CacheHop:
     role: HopRole
     # Iterate it, and always aclose() it: an unclosed follower keeps the upstream alive.
     events: AsyncIterator[Event]
+    # A replay's whole answer, in hand: callers may use it instead of iterating `events`.
+    stored: tuple[Event, ...] | None = None
 
 
 def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
@@ -180,7 +182,7 @@ class ResponseCache:
 
     def _replay(self, events: tuple[Event, ...], counters: _Counters) -> CacheHop:
         counters.hits += 1
-        return CacheHop("hit", "stored", _Replay(events))
+        return CacheHop("hit", "stored", _Replay(events), events)
 
     def _write(self, namespace: str, key: str, events: tuple[Event, ...]) -> None:
         if is_complete(events):

@@ -92,6 +92,20 @@ class Served:
             yield Finish("stop")
         self.engine.served(self)
 
+    def settled(self) -> list[Event] | None:
+        """Every event, if the answer is already whole (a replay, a stream that ended early).
+
+        The synchronous twin of `events()`, for a handler that can skip async iteration;
+        None while the stream is still open. Use one or the other, once.
+        """
+        if self.rest is not None:
+            return None
+        events = self.head
+        if not any(isinstance(event, Finish) for event in events):
+            events = [*events, Finish("stop")]
+        self.engine.served(self)
+        return events
+
     async def aclose(self) -> None:
         if not self._closed and self.rest is not None:
             self._closed = True
@@ -130,6 +144,11 @@ class FallbackEngine:
                     continue
                 source = start(hop, request, request_id, cache)
             started = time.perf_counter()
+            if source.stored is not None:  # a replay: complete, nothing to wait for
+                head = list(source.stored)
+                return Served(
+                    chain, hop, tuple(failures), head, None, self, request_id, started, source
+                )
             stream = source.events
             try:
                 head, ended = await _until_content(stream)

@@ -50,6 +50,7 @@ class HopSource:
     events: AsyncIterator[Event]
     cache: CacheOutcome
     role: HopRole  # stored | leader | follower | direct
+    stored: tuple[Event, ...] | None = None  # a replay's whole answer, in hand
 
     @property
     def upstream(self) -> bool:
@@ -61,7 +62,9 @@ async def find_cached(hop: Hop, scope: CacheScope | None) -> HopSource | None:
     if scope is None or not scope.lookup or not scope.stores(hop):
         return None
     found = await scope.cache.find(scope.namespace, scope.key(hop))
-    return None if found is None else HopSource(found.events, found.outcome, found.role)
+    if found is None:
+        return None
+    return HopSource(found.events, found.outcome, found.role, found.stored)
 
 
 def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | None) -> HopSource:

@@ -24,7 +24,7 @@ from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
 from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore, soft_trigger_warnings
 from olp.registry import Registry, load_registry
-from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
+from olp.server.asgi import ReadDeadlines, Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
 from olp.server.chat import chat_completions
 from olp.server.context import AppContext
@@ -146,6 +146,7 @@ class OLPApp:
         self.ctx = ctx
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
+        self._deadlines = ReadDeadlines()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -155,7 +156,7 @@ class OLPApp:
             await self._lifespan(receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request(scope, receive)
+        req = Request(scope, receive, self._deadlines)
         try:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)

@@ -10,7 +10,7 @@ from olp.accounts import Identity
 from olp.cache import cache_policy, request_fingerprint
 from olp.engine import CacheScope, Chain, FallbackEngine, Served
 from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
-from olp.ir import ChatRequest, ResponseBuilder, Usage
+from olp.ir import ChatRequest, Event, ResponseBuilder, Usage
 from olp.observability import event_logger
 from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send, send_bytes
 from olp.server.context import AppContext
@@ -183,12 +183,17 @@ async def _complete(
 ) -> None:
     served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope)
     _note_served(ex, served)
-    try:
-        builder = ResponseBuilder()
-        async for event in served.events():
+    builder = ResponseBuilder()
+    settled = served.settled()
+    if settled is not None:
+        for event in settled:
             builder.add(event)
-    finally:
-        await served.aclose()
+    else:
+        try:
+            async for event in served.events():
+                builder.add(event)
+        finally:
+            await served.aclose()
     response = builder.build()
     ex.usage = response.usage
     body = completion_body(response, _completion_id(ex), request.model, int(time.time()))
@@ -212,6 +217,10 @@ async def _stream(
     try:
         if not ex.started:
             await ex.start_sse()
+        settled = served.settled()
+        if settled is not None:
+            await _send_settled(ex, encoder, settled)
+            return
         async for event in served.events():
             if isinstance(event, Usage):
                 ex.usage = event
@@ -224,6 +233,18 @@ async def _stream(
     finally:
         ex.ctx.metrics.stream_ended()
         await served.aclose()
+
+
+async def _send_settled(ex: _Exchange, encoder: ChunkEncoder, events: list[Event]) -> None:
+    """An answer already whole (a replay): every frame in one write."""
+    frames: list[bytes] = []
+    for event in events:
+        if isinstance(event, Usage):
+            ex.usage = event
+        frames.append(encoder.encode(event))
+    frames.append(encoder.done())
+    ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
+    await ex.frame(b"".join(frames), last=True)
 
 
 async def _open_with_heartbeat(
