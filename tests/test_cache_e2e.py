@@ -348,7 +348,13 @@ def test_a_hit_is_a_hit_in_the_ledger_with_zero_cost(
         ask(server)
         ask(server)
     conn = sqlite3.connect(tmp_path / "olp-home" / "ledger.db")
-    rows = conn.execute("SELECT cache, cost_usd FROM ledger_requests ORDER BY ts").fetchall()
+    rows = conn.execute(
+        "SELECT request_id, cache, cost_usd, provider FROM ledger_requests ORDER BY ts"
+    ).fetchall()
+    attempts = conn.execute("SELECT request_id, outcome FROM ledger_attempts").fetchall()
     conn.close()
-    assert rows[0][0] == "miss" and rows[0][1] > 0
-    assert rows[1] == ("hit", 0.0)
+    (miss_id, *miss), (hit_id, *hit) = rows
+    assert miss[0] == "miss" and miss[1] > 0
+    assert hit == ["hit", 0.0, "up"]  # the hop whose stored answer was replayed
+    # One attempt row per hop tried at a provider: the miss asked one, the replay none.
+    assert attempts == [(miss_id, "served")]

@@ -143,15 +143,28 @@ def test_rows_reach_disk_without_a_flush(ledger: Ledger, db: Path) -> None:
     assert eventually(lambda: count(db) == 5, within_s=3)
 
 
-def test_a_full_batch_wakes_the_writer(db: Path) -> None:
-    led = Ledger(db, interval_s=60, batch_rows=50)
+def test_the_writer_takes_everything_queued_each_turn(db: Path) -> None:
+    led = Ledger(db, interval_s=0.2, batch_rows=50)
     try:
         for i in range(120):
             led.record_request(request(f"r{i}"))
-        assert eventually(lambda: count(db) >= 100, within_s=3)
+        # Three transactions of at most 50 rows, in one turn of the writer.
+        assert eventually(lambda: count(db) == 120, within_s=3)
     finally:
         led.close()
-    assert count(db) == 120
+
+
+def test_a_backlog_wakes_the_writer_before_its_turn(db: Path) -> None:
+    # max_rows // 4 = 25 queued rows is a backlog: the writer is woken, not left to its
+    # one-minute interval.
+    led = Ledger(db, interval_s=60, batch_rows=10, max_rows=100)
+    try:
+        for i in range(40):
+            led.record_request(request(f"r{i}"))
+        assert eventually(lambda: count(db) >= 25, within_s=3)
+    finally:
+        led.close()
+    assert count(db) == 40
 
 
 def test_stored_fields(ledger: Ledger, db: Path) -> None:

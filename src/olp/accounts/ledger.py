@@ -2,7 +2,7 @@
 
 `record_request()` / `record_attempt()` append to a deque — O(1), no I/O, no lock — and a
 background thread with its own SQLite connection writes what has queued up every
-`interval_s` (or as soon as `batch_rows` are waiting), one transaction per batch.
+`interval_s` (in transactions of at most `batch_rows`), never woken per record.
 `aclose()` (the server's lifespan shutdown, so also SIGTERM) writes everything left.
 
 Rows are never dropped silently. A failed write keeps its batch and retries with backoff.
@@ -108,9 +108,12 @@ class Ledger:
             self._write_late([record])
             return
         queue = self._queue
-        if len(queue) >= self._batch_rows:
+        # No wake-up per record: the writer comes round every `interval_s` and takes all
+        # that queued. Waking it (a lock and a notify) cost as much as the record itself,
+        # and each wake-up took the GIL from the event loop.
+        if len(queue) >= self._warn_rows:
             self._wake.set()
-            if len(queue) >= self._warn_rows and not self._make_room():
+            if not self._make_room():
                 self._spill([record], why="backlog")
                 return
         queue.append(record)

@@ -46,6 +46,8 @@ class Attempt:
     # A request of this one's own reached the provider (not skipped, not a cache replay,
     # not another request's shared call): what quota counters count.
     upstream: bool = True
+    # Served from a stored answer: no provider was asked, by this request or another.
+    replay: bool = False
 
 
 # Checked before a hop runs; a returned error skips the hop without a request.
@@ -247,6 +249,7 @@ class FallbackEngine:
             outcome,
             latency_ms=latency,
             upstream=served.source.upstream,
+            replay=served.source.role == "stored",
         )
 
     def _emit(self, attempt: Attempt) -> None:

@@ -84,13 +84,17 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
             )
         server = ctx.config.server
         body = await req.body(server.max_body_bytes, server.body_timeout_s)
-        request = parse_chat_request(body)
+        fingerprint: bytes | None = None
+        if ctx.config.cache.enabled:
+            request, fingerprint = ctx.parse_memo.parse(body)
+        else:
+            request = parse_chat_request(body)
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
         chain = ctx.authorize(ex.meta.identity, ctx.router.resolve(request.model))
         ctx.limits.check(ex.meta.identity)  # 429 key_limit_exceeded, with Retry-After
         ctx.limits.on_request(ex.meta.identity.key_id)
-        scope = _cache_scope(ctx, req, ex.meta.identity, request, body)
+        scope = _cache_scope(ctx, req, ex.meta.identity, request, body, fingerprint)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         watch = DisconnectWatch(req.receive)
         if request.stream:
@@ -119,7 +123,12 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
 
 
 def _cache_scope(
-    ctx: AppContext, req: Request, identity: Identity, request: ChatRequest, body: bytes
+    ctx: AppContext,
+    req: Request,
+    identity: Identity,
+    request: ChatRequest,
+    body: bytes,
+    fingerprint: bytes | None,
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
     if not ctx.config.cache.enabled:
@@ -131,7 +140,7 @@ def _cache_scope(
     return CacheScope(
         cache=ctx.cache,
         namespace=identity.key_id,
-        fingerprint=request_fingerprint(request),
+        fingerprint=fingerprint if fingerprint is not None else request_fingerprint(request),
         lookup=lookup,
         store=store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.

@@ -19,6 +19,7 @@ from olp.server.asgi import Request
 from olp.server.health_checks import HealthChecks
 from olp.server.metrics import Metrics
 from olp.server.outcome import OutcomeObserver
+from olp.server.parse_memo import ParseMemo
 
 __all__ = ["AppContext"]
 
@@ -46,6 +47,8 @@ class AppContext:
     # the last provider health checks: what /metrics, status and the dashboard read.
     metrics: Metrics = field(default_factory=Metrics)
     health_checks: HealthChecks = field(default_factory=HealthChecks)
+    # With the cache on: recently seen request bodies, already parsed and fingerprinted.
+    parse_memo: ParseMemo = field(default_factory=ParseMemo)
 
     def token(self, req: Request) -> str | None:
         return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))

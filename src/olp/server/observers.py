@@ -69,7 +69,14 @@ def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> Outcome
 
 
 def ledger_attempts(ledger: Ledger) -> AttemptListener:
+    """One row per hop a request tried at a provider; a cache replay tried none.
+
+    The request's own row says it was a hit (`cache`) and which hop's answer it replayed.
+    """
+
     def listen(attempt: Attempt) -> None:
+        if attempt.replay:
+            return
         ledger.record_attempt(
             AttemptRecord(
                 request_id=attempt.request_id,

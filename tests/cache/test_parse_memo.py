@@ -1,0 +1,57 @@
+"""The parse memo in front of the cache: same bytes, same request and fingerprint, bounded."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from olp.cache import request_fingerprint
+from olp.errors import InvalidRequest
+from olp.server.parse_memo import ParseMemo
+from olp.wire.openai_chat import parse_chat_request
+
+
+def body(text: str, **extra: object) -> bytes:
+    return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra})
+
+
+def test_a_repeated_body_is_recalled_not_parsed_again() -> None:
+    memo = ParseMemo()
+    raw = body("hi", temperature=0.2)
+    first = memo.parse(raw)
+    again = memo.parse(bytes(raw))  # equal bytes, another object: as from the socket
+    assert again is first
+    request, fingerprint = first
+    assert request == parse_chat_request(raw)
+    assert fingerprint == request_fingerprint(request)
+
+
+def test_different_bodies_are_different_entries() -> None:
+    memo = ParseMemo()
+    a, b = memo.parse(body("a")), memo.parse(body("b"))
+    assert a[1] != b[1]
+    assert len(memo) == 2
+
+
+def test_oldest_entries_leave_first() -> None:
+    memo = ParseMemo(entries=3)
+    first = memo.parse(body("0"))
+    for i in range(1, 4):
+        memo.parse(body(str(i)))
+    assert len(memo) == 3
+    assert memo.parse(body("0")) is not first  # evicted, parsed afresh
+    assert memo.parse(body("3")) is memo.parse(body("3"))
+
+
+def test_large_bodies_are_not_kept() -> None:
+    memo = ParseMemo(max_body_bytes=100)
+    memo.parse(body("x" * 200))
+    assert len(memo) == 0
+
+
+def test_invalid_bodies_raise_every_time_and_are_not_kept() -> None:
+    memo = ParseMemo()
+    for _ in range(2):
+        with pytest.raises(InvalidRequest, match="Invalid JSON"):
+            memo.parse(b"{nope")
+    assert len(memo) == 0
