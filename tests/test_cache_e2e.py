@@ -353,7 +353,7 @@ def test_a_hit_is_a_hit_in_the_ledger_with_zero_cost(
     ).fetchall()
     attempts = conn.execute("SELECT request_id, outcome FROM ledger_attempts").fetchall()
     conn.close()
-    (miss_id, *miss), (hit_id, *hit) = rows
+    (miss_id, *miss), (_, *hit) = rows
     assert miss[0] == "miss" and miss[1] > 0
     assert hit == ["hit", 0.0, "up"]  # the hop whose stored answer was replayed
     # One attempt row per hop tried at a provider: the miss asked one, the replay none.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olp.observability import event_logger
-from olp.storage import DatabaseError, Migration, open_database
+from olp.storage import DatabaseError, Migration, execute_rows, open_database
 
 __all__ = [
     "MIGRATIONS",
@@ -249,8 +249,8 @@ class DiskWriter:
         return any(op is None for op in batch)
 
 
-_INSERT = "INSERT OR REPLACE INTO entries VALUES (?, ?, ?, ?, ?, ?, ?)"
-_DELETE_ONE = "DELETE FROM entries WHERE namespace = ? AND key = ?"
+_INSERT_MANY = "INSERT OR REPLACE INTO entries"
+_DELETE_MANY = "DELETE FROM entries WHERE (namespace, key) IN ("
 _TOUCH_SQL = "UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?"
 
 
@@ -270,11 +270,12 @@ def _write(conn: sqlite3.Connection, writes: list[tuple[object, ...]]) -> None:
     deletes: list[tuple[object, object]] = []
 
     def drain() -> None:
+        # Multi-row statements: one step (one GIL hand-off) per few hundred rows.
         if deletes:
-            conn.executemany(_DELETE_ONE, deletes)
+            execute_rows(conn, _DELETE_MANY, deletes, tail=")")
             deletes.clear()
         if puts:
-            conn.executemany(_INSERT, puts)  # type: ignore[arg-type]
+            execute_rows(conn, _INSERT_MANY, puts)  # type: ignore[arg-type]
             puts.clear()
 
     for i, op in enumerate(writes):

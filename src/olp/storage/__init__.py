@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from olp.storage.rows import execute_rows
 from olp.storage.sqlite import DatabaseError, Migration, explain, open_database
 
-__all__ = ["DatabaseError", "Migration", "explain", "open_database"]
+__all__ = ["DatabaseError", "Migration", "execute_rows", "explain", "open_database"]
