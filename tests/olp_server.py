@@ -41,7 +41,9 @@ def server_env(home: Path, extra: Mapping[str, str] | None = None) -> dict[str, 
 class ThreadServer:
     """OLP's ASGI app under uvicorn on 127.0.0.1:<free port>, in a background thread."""
 
-    def __init__(self, config: Config, **app_kwargs: Any) -> None:
+    def __init__(
+        self, config: Config, *, uvicorn_options: Mapping[str, Any] | None = None, **app_kwargs: Any
+    ) -> None:
         self.config = config
         self.app: OLPApp = create_app(config, **app_kwargs)
         self._sock = socket.socket()
@@ -49,7 +51,13 @@ class ThreadServer:
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
         self._server = uvicorn.Server(
-            uvicorn_config(self.app, config, log_level="warning", timeout_graceful_shutdown=5)
+            uvicorn_config(
+                self.app,
+                config,
+                log_level="warning",
+                timeout_graceful_shutdown=5,
+                **(uvicorn_options or {}),
+            )
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -86,12 +94,14 @@ def olp_server(
     tmp_path: Path,
     config: Mapping[str, Any] | None,
     env: Mapping[str, str] | None = None,
+    *,
+    uvicorn_options: Mapping[str, Any] | None = None,
     **app_kwargs: Any,
 ) -> Iterator[ThreadServer]:
     home = tmp_path / "olp-home"
     write_config(home, config)
     cfg = load_config(server_env(home, env), detect_local_servers=False)
-    with ThreadServer(cfg, **app_kwargs) as server:
+    with ThreadServer(cfg, uvicorn_options=uvicorn_options, **app_kwargs) as server:
         yield server
 
 

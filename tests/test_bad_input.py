@@ -202,8 +202,22 @@ def test_anonymous_allowed_by_config(tmp_path: Path, upstream: FakeUpstream) -> 
     assert resp.status_code == 200
 
 
-def test_client_disconnect_cancels_the_upstream(olp: ThreadServer, upstream: FakeUpstream) -> None:
+# OLP's own protocol tells the app of the disconnect directly; under stock uvicorn
+# protocols the app learns it from `receive()`. Both must stop the upstream.
+@pytest.mark.parametrize("http", ["olp", "httptools", "h11"])
+def test_client_disconnect_cancels_the_upstream(
+    tmp_path: Path, upstream: FakeUpstream, http: str
+) -> None:
     upstream.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.5))
+    up = {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+    config = {"providers": {"up": up}}
+    options = {} if http == "olp" else {"http": http}
+    with olp_server(tmp_path, config, uvicorn_options=options) as olp:
+        _disconnect_mid_stream(olp)
+    assert upstream.wait_for(lambda: len(upstream.disconnects) == 1, timeout=5)
+
+
+def _disconnect_mid_stream(olp: ThreadServer) -> None:
     body = b'{"model": "m", "stream": true, "messages": [{"role": "user", "content": "x"}]}'
     request = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n"
@@ -213,7 +227,6 @@ def test_client_disconnect_cancels_the_upstream(olp: ThreadServer, upstream: Fak
     with socket.create_connection(("127.0.0.1", olp.port)) as sock:
         sock.sendall(request)
         assert b"200 OK" in sock.recv(65536)  # headers (and maybe the first frame)
-    assert upstream.wait_for(lambda: len(upstream.disconnects) == 1, timeout=5)
 
 
 def test_slow_client_body_does_not_block_others(olp: ThreadServer) -> None:

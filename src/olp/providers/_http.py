@@ -24,6 +24,7 @@ import aiohttp
 import orjson
 
 from olp.config.model import Timeouts
+from olp.deadlines import Deadlines
 from olp.errors import Failure, ProviderError
 from olp.providers._http_errors import ERROR_BODY_CAP, QuotaMemory, error_for_status
 from olp.providers.base import ProviderHealth, QuotaSnapshot
@@ -98,7 +99,7 @@ def stream_ended_early(provider: str, cause: BaseException | None = None) -> Pro
 class HttpClient:
     """One provider's pooled session, deadlines and quota memory."""
 
-    __slots__ = ("_headers", "_limit", "_quota", "_session", "name", "timeouts")
+    __slots__ = ("_headers", "_limit", "_quota", "_session", "deadlines", "name", "timeouts")
 
     def __init__(
         self,
@@ -115,6 +116,8 @@ class HttpClient:
         self._limit = limit or _DEFAULT_POOL
         self._session: aiohttp.ClientSession | None = None
         self._quota = QuotaMemory()
+        # Every read's deadline on one timer, not a loop timer per read (olp.deadlines).
+        self.deadlines = Deadlines()
 
     def session(self) -> aiohttp.ClientSession:
         session = self._session
@@ -195,15 +198,15 @@ class UpstreamCall:
         now = asyncio.get_running_loop().time()
         self._total_at = now + t.total_ms / 1000.0
         self._first_at = now + t.first_byte_ms / 1000.0
-        cm = asyncio.timeout_at(min(self._first_at, self._total_at))
+        deadline = client.deadlines.at(min(self._first_at, self._total_at))
         with upstream_errors(client.name):
             try:
-                async with cm:
+                with deadline:
                     resp = await client.session().post(
                         self._url, data=self._body, allow_redirects=False
                     )
             except TimeoutError as exc:
-                if cm.expired():
+                if deadline.expired:  # ours, not aiohttp's connect timeout
                     raise self._timed_out(self._first_at) from exc
                 raise
         self._resp = resp
@@ -285,7 +288,7 @@ class UpstreamCall:
         """
         content = self._response().content
         try:
-            async with asyncio.timeout(_DRAIN_S):
+            with self._client.deadlines.after(_DRAIN_S):
                 for _ in range(4):
                     if content.at_eof():
                         self._eof = True
@@ -307,13 +310,13 @@ class UpstreamCall:
         step_at = self._first_at
         if step_at is None:
             step_at = loop.time() + self._client.timeouts.idle_ms / 1000.0
-        cm = asyncio.timeout_at(min(step_at, self._total_at))
+        deadline = self._client.deadlines.at(min(step_at, self._total_at))
         with upstream_errors(self._client.name, mid_body=True):
             try:
-                async with cm:
+                with deadline:
                     chunk = await self._response().content.readany()
             except TimeoutError as exc:
-                if cm.expired():
+                if deadline.expired:
                     raise self._timed_out(step_at) from exc
                 raise
         self._first_at = None

@@ -17,6 +17,7 @@ from olp.accounts.pricing import Pricing
 from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
+from olp.deadlines import Deadlines
 from olp.engine import FallbackEngine, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
@@ -24,7 +25,7 @@ from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
 from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore, soft_trigger_warnings
 from olp.registry import Registry, load_registry
-from olp.server.asgi import ReadDeadlines, Receive, Request, Scope, Send, send_bytes
+from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
 from olp.server.chat import chat_completions
 from olp.server.context import AppContext
@@ -146,7 +147,7 @@ class OLPApp:
         self.ctx = ctx
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
-        self._deadlines = ReadDeadlines()
+        self._deadlines = Deadlines()  # request bodies' read deadlines, on one timer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]

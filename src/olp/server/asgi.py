@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
+from olp.deadlines import Deadlines
 from olp.errors import RequestTimeout, RequestTooLarge
+from olp.server.protocol import DISCONNECT_HOOKS
 
 __all__ = [
     "ClientGone",
     "DisconnectWatch",
     "Headers",
-    "ReadDeadlines",
     "Receive",
     "Request",
     "Scope",
@@ -31,67 +32,15 @@ class ClientGone(Exception):
     """The client disconnected while we were still reading its request."""
 
 
-class ReadDeadlines:
-    """Deadlines for reading request bodies, kept by one timer for all requests.
-
-    `asyncio.timeout()` per request costs a timer, a handle and a context manager (about
-    5 µs, a few % of a cache hit); almost every body has arrived by the time we ask. Here a
-    request only enters a dict, and a single timer, set for the earliest deadline, cancels
-    the requests whose body is late.
-    """
-
-    __slots__ = ("_expired", "_timer", "_timer_at", "_waiting")
-
-    def __init__(self) -> None:
-        self._waiting: dict[asyncio.Task[Any], float] = {}
-        self._expired: set[asyncio.Task[Any]] = set()
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at = 0.0
-
-    def enter(self, task: asyncio.Task[Any], timeout_s: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        self._waiting[task] = deadline
-        if self._timer is None or deadline < self._timer_at:
-            self._arm(loop, deadline)
-
-    def leave(self, task: asyncio.Task[Any]) -> bool:
-        """Stop watching `task`; True if its deadline passed (and it was cancelled for it)."""
-        self._waiting.pop(task, None)
-        if task in self._expired:
-            self._expired.discard(task)
-            return True
-        return False
-
-    def _arm(self, loop: asyncio.AbstractEventLoop, when: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = loop.call_at(when, self._expire)
-        self._timer_at = when
-
-    def _expire(self) -> None:
-        self._timer = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        for task, deadline in list(self._waiting.items()):
-            if deadline <= now:
-                del self._waiting[task]
-                self._expired.add(task)
-                task.cancel()
-        if self._waiting:
-            self._arm(loop, min(self._waiting.values()))
-
-
 class Request:
     __slots__ = ("_deadlines", "_headers", "receive", "scope")
 
-    def __init__(
-        self, scope: Scope, receive: Receive, deadlines: ReadDeadlines | None = None
-    ) -> None:
+    def __init__(self, scope: Scope, receive: Receive, deadlines: Deadlines | None = None) -> None:
         self.scope = scope
         self.receive = receive
         self._headers: dict[bytes, bytes] | None = None
-        self._deadlines = deadlines if deadlines is not None else ReadDeadlines()
+        # Shared by all requests: one timer for every body being read (olp.deadlines).
+        self._deadlines = deadlines if deadlines is not None else Deadlines()
 
     @property
     def method(self) -> str:
@@ -118,22 +67,14 @@ class Request:
 
     async def body(self, limit: int, timeout_s: float) -> bytes:
         """The whole body within `timeout_s`, refusing more than `limit` bytes."""
-        task = asyncio.current_task()
-        if task is None:  # not in a task (never under an ASGI server): no deadline
-            return await self._body(limit)
-        self._deadlines.enter(task, timeout_s)
         try:
-            return await self._body(limit)
-        except asyncio.CancelledError:
-            if not self._deadlines.leave(task):
-                raise
-            task.uncancel()
+            with self._deadlines.after(timeout_s):
+                return await self._body(limit)
+        except TimeoutError:
             raise RequestTimeout(
                 f"Request body not received within {timeout_s:g}s "
                 "(server.body_timeout_s in config.json)."
             ) from None
-        finally:
-            self._deadlines.leave(task)
 
     async def _body(self, limit: int) -> bytes:
         declared = self.header(b"content-length")
@@ -171,22 +112,33 @@ async def send_bytes(send: Send, status: int, headers: Headers, body: bytes) -> 
 class DisconnectWatch:
     """Cancels the handling task when the client goes away mid-response.
 
-    ASGI servers tell us only through `receive()`, so once the body is read a small task
-    waits on it. Cancellation then unwinds the provider stream, which closes the
-    upstream connection or kills the CLI.
+    Cancellation then unwinds the provider stream, which closes the upstream connection
+    or kills the CLI. Under OLP's own protocol the connection's loss calls us directly
+    (`DISCONNECT_HOOKS`); under any other ASGI server the only news is an `http.disconnect`
+    from `receive()`, so a small task waits on it once the body is read.
     """
 
     __slots__ = ("_active", "_receive", "_spawn", "_task", "_watcher", "disconnected")
 
-    def __init__(self, receive: Receive) -> None:
+    def __init__(self, req: Request) -> None:
         self._task = asyncio.current_task()
         self._active = True
         self.disconnected = False
-        self._receive = receive
+        self._receive = req.receive
         self._watcher: asyncio.Task[None] | None = None
-        # The watcher task starts on the loop's next turn: a handler that finishes without
-        # ever waiting (a cache hit) never pays for a task it did not need.
-        self._spawn: asyncio.Handle | None = asyncio.get_running_loop().call_soon(self._start)
+        self._spawn: asyncio.Handle | None = None
+        hooks = req.scope.get(DISCONNECT_HOOKS)
+        if hooks is not None:
+            hooks.append(self._gone)
+        else:
+            # The watcher task starts on the loop's next turn: a handler that finishes
+            # without ever waiting (a cache hit) never pays for a task it did not need.
+            self._spawn = asyncio.get_running_loop().call_soon(self._start)
+
+    def _gone(self) -> None:
+        if self._active and self._task is not None:
+            self.disconnected = True
+            self._task.cancel()
 
     def _start(self) -> None:
         self._spawn = None
@@ -197,9 +149,7 @@ class DisconnectWatch:
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                if self._active and self._task is not None:
-                    self.disconnected = True
-                    self._task.cancel()
+                self._gone()
                 return
 
     def stop(self) -> None:

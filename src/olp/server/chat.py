@@ -96,7 +96,7 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         ctx.limits.on_request(ex.meta.identity.key_id)
         scope = _cache_scope(ctx, req, ex.meta.identity, request, body, fingerprint)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
-        watch = DisconnectWatch(req.receive)
+        watch = DisconnectWatch(req)
         if request.stream:
             await _stream(ex, chain, request, scope)
         else:

@@ -1,5 +1,8 @@
 """uvicorn's httptools protocol, with writes coalesced per event-loop iteration.
 
+It also tells the app at once when a client goes away mid-response (`DISCONNECT_HOOKS`),
+so a request need not keep a task waiting on `receive()` just to find out.
+
 uvicorn writes the status line and every body chunk with its own `transport.write()`,
 and each is a `send()` syscall. A streamed answer is a dozen small SSE frames, and a JSON
 answer is headers + body: measured under load, those syscalls were the largest single cost
@@ -11,11 +14,16 @@ iteration — no added latency, far fewer syscalls.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
 
-__all__ = ["CoalescingHttpToolsProtocol", "CoalescingTransport"]
+__all__ = ["DISCONNECT_HOOKS", "CoalescingHttpToolsProtocol", "CoalescingTransport"]
+
+# Scope key: a list the app may add callbacks to; they run when the connection is lost
+# before the response is complete. Absent under other servers (see `DisconnectWatch`).
+DISCONNECT_HOOKS = "olp.disconnect_hooks"
 
 
 class CoalescingTransport:
@@ -67,3 +75,17 @@ class CoalescingHttpToolsProtocol(HttpToolsProtocol):
         # uvloop's transports are not asyncio.Transport subclasses, hence the cast.
         wrapped: Any = CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
         super().connection_made(wrapped)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        hooks: list[Callable[[], None]] = []
+        cast(dict[str, Any], self.scope)[DISCONNECT_HOOKS] = hooks
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # uvicorn types it as always set, but it is None until the first request arrives.
+        cycle: RequestResponseCycle | None = self.cycle
+        gone_mid_response = cycle is not None and not cycle.response_complete
+        super().connection_lost(exc)
+        if cycle is not None and gone_mid_response:
+            for hook in cast(dict[str, Any], cycle.scope).get(DISCONNECT_HOOKS, ()):
+                hook()
