@@ -19,6 +19,7 @@ The fingerprint does not depend on the hop, so a caller walking a chain may comp
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from typing import Any
@@ -119,6 +120,8 @@ def request_fingerprint(request: ChatRequest) -> bytes:
     return hashlib.sha256(canonical_request(request)).digest()
 
 
+# Pure, and asked on every hit: a repeated request's key is one dict lookup away.
+@functools.lru_cache(maxsize=4096)
 def hop_key(provider: str, model: str, fingerprint: bytes) -> str:
     header = orjson.dumps(("olp-cache-key", KEY_SCHEMA, provider, model))
     return hashlib.sha256(header + fingerprint).hexdigest()

@@ -9,6 +9,7 @@ produced ever reaches the client. After commit, a failure ends the answer with
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -253,6 +254,12 @@ class FallbackEngine:
         )
 
     def _emit(self, attempt: Attempt) -> None:
+        if log.enabled(logging.INFO):  # the fields cost something to build; skip if unused
+            self._log_hop(attempt)
+        for listener in self.listeners:
+            listener(attempt)
+
+    def _log_hop(self, attempt: Attempt) -> None:
         log.info(
             "hop",
             request_id=attempt.request_id,
@@ -266,8 +273,6 @@ class FallbackEngine:
             latency_ms=round(attempt.latency_ms, 2),
             message=attempt.message[:200] or None,
         )
-        for listener in self.listeners:
-            listener(attempt)
 
     def _cool_down(self, hop: Hop, exc: ProviderError) -> None:
         scope = decide(exc.failure).cooldown
