@@ -97,3 +97,18 @@ def test_it_works_again_after_an_idle_spell() -> None:
             await asyncio.sleep(0.15)  # nothing pending: the timer stops
 
     asyncio.run(main())  # the default loop too, not only uvloop
+
+
+def test_one_instance_serves_one_loop_after_another() -> None:
+    deadlines = Deadlines(RES)
+
+    async def quick() -> None:
+        with deadlines.after(5):  # leaves the timer armed on this loop as it closes
+            await asyncio.sleep(0)
+
+    async def late() -> None:
+        with pytest.raises(TimeoutError), deadlines.after(0.05):
+            await asyncio.sleep(1)
+
+    asyncio.run(quick())
+    asyncio.run(late())  # a new loop: the old loop's timer is dead, a new one is armed

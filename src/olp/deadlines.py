@@ -56,21 +56,26 @@ class Deadline:
 class Deadlines:
     """Deadlines on the running loop's clock, all kept by one timer (see the module doc)."""
 
-    __slots__ = ("_buckets", "_next_tick", "_resolution_s", "_timer")
+    __slots__ = ("_buckets", "_loop", "_next_tick", "_resolution_s", "_timer")
 
     def __init__(self, resolution_s: float = 0.02) -> None:
         self._resolution_s = resolution_s
         self._buckets: dict[int, dict[Deadline, None]] = {}
         self._next_tick = 0  # every bucket below it has been expired (while the timer runs)
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def at(self, when: float) -> Deadline:
         """A deadline at loop time `when` for the current task."""
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("Deadlines.at() needs a running task")
-        if self._timer is None:  # nothing pending: start the clock at the current tick
-            loop = task.get_loop()
+        loop = task.get_loop()
+        if self._timer is None or loop is not self._loop:
+            # Nothing pending (or what is pending belongs to a loop that is gone, as
+            # between two `asyncio.run()`s): start the clock at the current tick.
+            self._buckets.clear()
+            self._loop = loop
             self._next_tick = math.floor(loop.time() / self._resolution_s)
             self._arm(loop)
         tick = max(math.ceil(when / self._resolution_s), self._next_tick)

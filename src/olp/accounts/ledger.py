@@ -57,7 +57,7 @@ class Ledger:
         path: Path,
         *,
         batch_rows: int = 500,
-        interval_s: float = 0.1,
+        interval_s: float = 0.25,
         max_rows: int = 100_000,
         block_s: float = 0.25,
         busy_timeout_ms: int = 5000,

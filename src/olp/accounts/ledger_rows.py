@@ -29,7 +29,7 @@ __all__ = [
     "row_dict",
 ]
 
-# A file of its own, not the key store's olp.db: the ledger writes ten times a second
+# A file of its own, not the key store's olp.db: the ledger writes four times a second
 # under load, and every write would bump olp.db's `data_version`, which the key store
 # watches to notice revocations from the CLI; it also keeps the ledger's write lock away
 # from key changes and lets the owner archive or delete the ledger alone.

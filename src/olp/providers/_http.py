@@ -198,10 +198,9 @@ class UpstreamCall:
         now = asyncio.get_running_loop().time()
         self._total_at = now + t.total_ms / 1000.0
         self._first_at = now + t.first_byte_ms / 1000.0
-        deadline = client.deadlines.at(min(self._first_at, self._total_at))
         with upstream_errors(client.name):
             try:
-                with deadline:
+                with (deadline := client.deadlines.at(min(self._first_at, self._total_at))):
                     resp = await client.session().post(
                         self._url, data=self._body, allow_redirects=False
                     )
@@ -310,10 +309,9 @@ class UpstreamCall:
         step_at = self._first_at
         if step_at is None:
             step_at = loop.time() + self._client.timeouts.idle_ms / 1000.0
-        deadline = self._client.deadlines.at(min(step_at, self._total_at))
         with upstream_errors(self._client.name, mid_body=True):
             try:
-                with deadline:
+                with (deadline := self._client.deadlines.at(min(step_at, self._total_at))):
                     chunk = await self._response().content.readany()
             except TimeoutError as exc:
                 if deadline.expired:
