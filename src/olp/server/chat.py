@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass
 
 from olp.accounts import Identity
-from olp.cache import cache_policy, request_fingerprint
+from olp.cache import cache_policy
 from olp.engine import CacheScope, Chain, FallbackEngine, Served
 from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
 from olp.ir import ChatRequest, Event, ResponseBuilder, Usage
@@ -84,17 +84,13 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
             )
         server = ctx.config.server
         body = await req.body(server.max_body_bytes, server.body_timeout_s)
-        fingerprint: bytes | None = None
-        if ctx.config.cache.enabled:
-            request, fingerprint = ctx.parse_memo.parse(body)
-        else:
-            request = parse_chat_request(body)
+        request, fingerprint = _parse(ctx, body)
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
         chain = ctx.authorize(ex.meta.identity, ctx.router.resolve(request.model))
         ctx.limits.check(ex.meta.identity)  # 429 key_limit_exceeded, with Retry-After
         ctx.limits.on_request(ex.meta.identity.key_id)
-        scope = _cache_scope(ctx, req, ex.meta.identity, request, body, fingerprint)
+        scope = _cache_scope(ctx, req, ex.meta.identity, body, fingerprint)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         watch = DisconnectWatch(req)
         if request.stream:
@@ -122,16 +118,18 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         _finished(ex)
 
 
+def _parse(ctx: AppContext, body: bytes) -> tuple[ChatRequest, bytes | None]:
+    """The request, and with the cache on its fingerprint (a repeated body is recalled)."""
+    if ctx.config.cache.enabled:
+        return ctx.parse_memo.parse(body)
+    return parse_chat_request(body), None
+
+
 def _cache_scope(
-    ctx: AppContext,
-    req: Request,
-    identity: Identity,
-    request: ChatRequest,
-    body: bytes,
-    fingerprint: bytes | None,
+    ctx: AppContext, req: Request, identity: Identity, body: bytes, fingerprint: bytes | None
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
-    if not ctx.config.cache.enabled:
+    if fingerprint is None:  # the cache is off
         return None
     cache_control = req.header(b"cache-control")
     lookup, store = cache_policy(cache_control.decode("latin-1") if cache_control else None)
@@ -140,7 +138,7 @@ def _cache_scope(
     return CacheScope(
         cache=ctx.cache,
         namespace=identity.key_id,
-        fingerprint=fingerprint if fingerprint is not None else request_fingerprint(request),
+        fingerprint=fingerprint,
         lookup=lookup,
         store=store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
