@@ -55,3 +55,12 @@ def test_invalid_bodies_raise_every_time_and_are_not_kept() -> None:
         with pytest.raises(InvalidRequest, match="Invalid JSON"):
             memo.parse(b"{nope")
     assert len(memo) == 0
+
+
+def test_the_bodies_kept_stay_under_the_byte_budget() -> None:
+    memo = ParseMemo(max_body_bytes=1000, max_total_bytes=1000)
+    bodies = [body(str(i) * 300) for i in range(10)]  # each about 350 bytes
+    for raw in bodies:
+        memo.parse(raw)
+    assert len(memo) == 2  # 3 would be over 1000 bytes
+    assert memo.parse(bodies[-1]) is memo.parse(bodies[-1])  # the newest are the ones kept

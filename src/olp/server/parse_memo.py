@@ -27,15 +27,23 @@ class ParseMemo:
 
     Oldest-first eviction, and a hit does not reorder: a hit costs one hash of the body
     and one dict lookup. Bodies over `max_body_bytes` are parsed every time (hashing a
-    large body is cheap next to parsing it, but keeping many would cost memory).
+    large body is cheap next to parsing it), and the bodies kept never add up to more
+    than `max_total_bytes` (their parsed form weighs a few times more).
     """
 
-    __slots__ = ("_entries", "_max_body_bytes", "_memo")
+    __slots__ = ("_entries", "_max_body_bytes", "_max_total_bytes", "_memo", "_total")
 
-    def __init__(self, entries: int = 512, max_body_bytes: int = 64 * 1024) -> None:
+    def __init__(
+        self,
+        entries: int = 512,
+        max_body_bytes: int = 64 * 1024,
+        max_total_bytes: int = 4 * 1024 * 1024,
+    ) -> None:
         self._entries = entries
         self._max_body_bytes = max_body_bytes
+        self._max_total_bytes = max_total_bytes
         self._memo: dict[bytes, ParsedBody] = {}
+        self._total = 0
 
     def parse(self, body: bytes) -> ParsedBody:
         """Parse `body` (raising InvalidRequest like `parse_chat_request`), or recall it."""
@@ -45,11 +53,17 @@ class ParseMemo:
         request = parse_chat_request(body)
         parsed = (request, request_fingerprint(request))
         if len(body) <= self._max_body_bytes:
-            memo = self._memo
-            if len(memo) >= self._entries:
-                del memo[next(iter(memo))]
-            memo[body] = parsed
+            self._keep(body, parsed)
         return parsed
+
+    def _keep(self, body: bytes, parsed: ParsedBody) -> None:
+        memo = self._memo
+        self._total += len(body)
+        while memo and (len(memo) >= self._entries or self._total > self._max_total_bytes):
+            oldest = next(iter(memo))
+            del memo[oldest]
+            self._total -= len(oldest)
+        memo[body] = parsed
 
     def __len__(self) -> int:
         return len(self._memo)
