@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -158,3 +159,13 @@ class ProcessServer:
         for stream in (self.proc.stdout, self.proc.stderr):
             if stream:
                 stream.close()
+
+
+def sse_text(body: str) -> str:
+    """The text content of an OLP SSE answer (every `delta.content`, in order)."""
+    text = ""
+    for line in body.splitlines():
+        if line.startswith("data: {"):
+            for choice in json.loads(line.removeprefix("data: ")).get("choices", []):
+                text += choice["delta"].get("content") or ""
+    return text

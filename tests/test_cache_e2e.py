@@ -23,7 +23,7 @@ from olp.accounts import KeyLimits
 from olp.accounts.keystore import KeyStore, keys_db_path
 
 from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
 
 AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
 QUESTION = [{"role": "user", "content": "What is 2+2?"}]
@@ -70,15 +70,6 @@ def ask(
         headers={"authorization": f"Bearer {key}", **(headers or {})},
         json={"model": "m", "stream": stream, "messages": [{"role": "user", "content": content}]},
     )
-
-
-def sse_text(body: str) -> str:
-    text = ""
-    for line in body.splitlines():
-        if line.startswith("data: {"):
-            for choice in json.loads(line[6:]).get("choices", []):
-                text += choice["delta"].get("content") or ""
-    return text
 
 
 def member_key(home: Path, name: str) -> tuple[str, str]:

@@ -25,7 +25,7 @@ from olp.providers.gemini_cli.events import next_midnight
 from fakes.cli import records, wait_gone
 from fakes.cli_chains import CLIS, chat_config, post
 from fakes.upstream import FakeUpstream, Text
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
 
 ANSWER = "Hello from the fake upstream. 2+2=4."
 
@@ -40,15 +40,6 @@ def beta() -> Iterator[FakeUpstream]:
 def detail(resp: httpx.Response) -> list[dict[str, Any]]:
     value: list[dict[str, Any]] = json.loads(resp.headers["x-olp-fallback-detail"])
     return value
-
-
-def sse_text(body: str) -> str:
-    text = ""
-    for line in body.splitlines():
-        if line.startswith("data: {"):
-            for choice in json.loads(line.removeprefix("data: ")).get("choices", []):
-                text += choice["delta"].get("content") or ""
-    return text
 
 
 def run(

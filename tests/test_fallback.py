@@ -19,7 +19,7 @@ from fakes.upstream import (
     Status,
     Text,
 )
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
 
 TIMEOUTS = {"connect_ms": 500, "first_byte_ms": 400, "idle_ms": 400, "total_ms": 5000}
 
@@ -50,18 +50,6 @@ def two_hop_config(alpha: FakeUpstream, beta: FakeUpstream | str, **extra: Any) 
         },
         **extra,
     }
-
-
-@pytest.fixture
-def alpha() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
-
-
-@pytest.fixture
-def beta() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
 
 
 @pytest.fixture
@@ -328,17 +316,8 @@ def test_heartbeat_keeps_stream_alive_while_falling_back(
         assert resp.status_code == 200
         body = resp.read().decode()
     assert body.startswith(": keepalive\n\n")
-    assert stream_text(body) == "after the wait"
+    assert sse_text(body) == "after the wait"
     assert body.rstrip().endswith("data: [DONE]")
-
-
-def stream_text(body: str) -> str:
-    text = ""
-    for line in body.splitlines():
-        if line.startswith("data: {"):
-            for choice in json.loads(line.removeprefix("data: ")).get("choices", []):
-                text += choice["delta"].get("content") or ""
-    return text
 
 
 def test_heartbeat_then_exhaustion_sends_error_frame(

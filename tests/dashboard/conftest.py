@@ -16,18 +16,6 @@ from olp_server import ThreadServer, olp_server
 
 
 @pytest.fixture
-def alpha() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
-
-
-@pytest.fixture
-def beta() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
-
-
-@pytest.fixture
 def olp(tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream) -> Iterator[ThreadServer]:
     with olp_server(tmp_path, two_hop_config(alpha, beta)) as server:
         yield server
