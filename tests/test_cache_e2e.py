@@ -149,18 +149,24 @@ def test_follower_joining_mid_stream_gets_the_whole_answer(
     assert upstream.calls == 1
 
 
-def test_leader_disconnecting_does_not_cut_a_follower(
-    olp: ThreadServer, upstream: FakeUpstream
-) -> None:
-    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
+def raw_stream_request(server: ThreadServer) -> socket.socket:
+    """A streaming request on a bare socket, so the test can drop the connection."""
     body = json.dumps({"model": "m", "stream": True, "messages": QUESTION}).encode()
     raw = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
         f"{OWNER_TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"
         "\r\n\r\n"
     ).encode() + body
-    sock = socket.create_connection(("127.0.0.1", olp.port))
+    sock = socket.create_connection(("127.0.0.1", server.port))
     sock.sendall(raw)
+    return sock
+
+
+def test_leader_disconnecting_does_not_cut_a_follower(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
+    sock = raw_stream_request(olp)
     assert b"200 OK" in sock.recv(65536)
     result: list[httpx.Response] = []
     follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
@@ -171,6 +177,26 @@ def test_leader_disconnecting_does_not_cut_a_follower(
     assert sse_text(result[0].text) == "a b c d e f"
     assert upstream.calls == 1
     assert upstream.disconnects == []  # the upstream call lived on for the follower
+
+
+def test_leader_disconnecting_before_the_first_byte_does_not_cut_a_follower(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    # The leader is still waiting for the upstream's first byte, which it pulls in its own
+    # task (nobody followed it yet), when the follower joins and then its client goes away.
+    upstream.script(Slow(first_byte_delay_s=1.0, chunk_delay_s=0.05))
+    sock = raw_stream_request(olp)
+    time.sleep(0.3)
+    result: list[httpx.Response] = []
+    follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
+    follower.start()
+    time.sleep(0.3)
+    sock.close()
+    follower.join()
+    assert result[0].status_code == 200
+    assert sse_text(result[0].text) != ""
+    assert upstream.calls == 1
+    assert upstream.disconnects == []
 
 
 def test_a_key_never_sees_another_keys_entries(tmp_path: Path, upstream: FakeUpstream) -> None:

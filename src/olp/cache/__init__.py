@@ -18,7 +18,7 @@ from olp.cache.facade import (
 )
 from olp.cache.keys import cache_key, hop_key, request_fingerprint
 from olp.cache.memory import MemoryStore
-from olp.cache.singleflight import FlightView, SingleFlight, Start
+from olp.cache.singleflight import CancelGuard, FlightView, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import CachedAnswer, Store, StoreStats
 
@@ -27,6 +27,7 @@ __all__ = [
     "CacheHop",
     "CacheOutcome",
     "CachedAnswer",
+    "CancelGuard",
     "FlightView",
     "HopRole",
     "MemoryStore",

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
-from olp.cache.singleflight import SingleFlight, Start
+from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import Store
 from olp.config import CacheConfig
@@ -115,7 +115,14 @@ class ResponseCache:
         self._counters: dict[str, _Counters] = {}
 
     async def open_hop(
-        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
+        self,
+        namespace: str,
+        key: str,
+        start: Start,
+        *,
+        lookup: bool = True,
+        store: bool = True,
+        guard: CancelGuard | None = None,
     ) -> CacheHop:
         """This hop's events: from the cache, a shared flight, or a new upstream call.
 
@@ -123,11 +130,12 @@ class ResponseCache:
         `lookup=False` (no-cache) never answers from the cache or joins another request,
         but still stores a complete answer; `store=False` (no-store, `cacheable: false`,
         Anthropic `cache_control` markers on an Anthropic hop) leaves the cache out.
+        `guard` is the caller's disconnect watch (see `SingleFlight.lead`).
         """
         found = await self.find(namespace, key) if lookup and store else None
         if found is not None:
             return found
-        return self.lead(namespace, key, start, lookup=lookup, store=store)
+        return self.lead(namespace, key, start, lookup=lookup, store=store, guard=guard)
 
     async def find(self, namespace: str, key: str) -> CacheHop | None:
         """A stored answer (memory, then disk) or an identical call in flight; never starts one.
@@ -147,7 +155,14 @@ class ResponseCache:
         return hop
 
     def lead(
-        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
+        self,
+        namespace: str,
+        key: str,
+        start: Start,
+        *,
+        lookup: bool = True,
+        store: bool = True,
+        guard: CancelGuard | None = None,
     ) -> CacheHop:
         """Start this hop's upstream call (shared with later identical requests)."""
         counters = self._count(namespace)
@@ -160,7 +175,7 @@ class ResponseCache:
             if joined is not None:
                 return joined
         write = partial(self._write, namespace, key)
-        view = self._flights.lead(namespace, key, start, on_success=write)
+        view = self._flights.lead(namespace, key, start, on_success=write, guard=guard)
         if lookup:
             counters.misses += 1
             return CacheHop("miss", "leader", view)

@@ -7,16 +7,24 @@
     finally:
         await events.aclose()
 
-The first caller for a (namespace, key) is the leader: `start()` is called once, inside a
-task of its own (the *pump*), so the upstream is tied to no caller. Later callers become
-followers. Every caller gets its own view: all events produced so far (replay), then the
-live tail, as fast as the upstream produces it.
+The first caller for a (namespace, key) is the leader: `start()` is called once. Later
+callers become followers. Every caller gets its own view: all events produced so far
+(replay), then the live tail, as fast as the upstream produces it.
+
+Who pulls the upstream:
+- A *pump*, a task of its own, so the upstream is tied to no caller and a leader that goes
+  away never cuts a follower.
+- Or, while the leader is alone, the leader itself, in its own task (*inline*): most
+  requests never get a follower, and a task plus a task switch per event is then pure
+  cost. This needs the leader's `CancelGuard` (its disconnect watch): a disconnect while
+  the leader pulls for a follower too must not cancel the pull. The first follower to
+  join hands the upstream to a pump — at once, or after the pull in progress.
 
 Rules, each one a trap other gateways fell into:
 - A listener is a view not yet closed. When a listener leaves, the others are unaffected;
-  when the *last* one leaves before the end, the pump is cancelled and the upstream
-  iterator closed (its `finally` runs: an HTTP connection closes, a CLI is killed).
-  Callers must close their view (`aclose()`, or iterate it to the end).
+  when the *last* one leaves before the end, the upstream is cancelled and closed (its
+  `finally` runs: an HTTP connection closes, a CLI is killed). Callers must close their
+  view (`aclose()`, or iterate it to the end).
 - If the upstream raises, every listener gets that same exception after the events that
   came before it. Errors are never kept: a finished flight leaves the table at once, so a
   later request starts afresh.
@@ -36,13 +44,14 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
+from typing import Protocol
 
 from olp.cache.codec import estimate_size
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, TextDelta
 from olp.observability import event_logger
 
-__all__ = ["Flight", "FlightView", "OnSuccess", "SingleFlight", "Start"]
+__all__ = ["CancelGuard", "Flight", "FlightView", "OnSuccess", "SingleFlight", "Start"]
 
 log = event_logger("olp.cache")
 
@@ -52,6 +61,18 @@ OnSuccess = Callable[[tuple[Event, ...]], None]
 _TRIM_MIN = 256
 _CHECK_EVERY = 64
 _CANCELLED = "the shared upstream stream was cancelled"
+
+
+class CancelGuard(Protocol):
+    """Whoever cancels the leader's task when its client goes away (the disconnect watch).
+
+    While held, a cancel first asks `may_cancel()`: True cancels at once; False defers
+    the cancel to `release()`, once the pull in progress has ended.
+    """
+
+    def hold(self, may_cancel: Callable[[], bool]) -> None: ...
+
+    def release(self) -> None: ...
 
 
 class FlightView:
@@ -82,7 +103,10 @@ class FlightView:
                 flight.leave(self)
                 flight.raise_error()
                 break
-            await flight.wait()
+            if flight.inline and not flight.pulling:
+                await flight.pull()  # the lone leader
+            else:
+                await flight.wait()
         raise StopAsyncIteration
 
     @property
@@ -95,6 +119,10 @@ class FlightView:
             self._closed = True
             await self._flight.leave_early(self)
 
+    def __del__(self) -> None:
+        if not self._closed:  # dropped without aclose(): a caller's bug, but never a leak
+            self._flight.dropped(self)
+
 
 class Flight:
     """One upstream answer in progress and everything it produced so far."""
@@ -104,8 +132,11 @@ class Flight:
         owner: SingleFlight,
         namespace: str,
         key: str,
+        start: Start,
+        *,
         max_bytes: int,
         on_success: OnSuccess | None,
+        guard: CancelGuard | None,
     ) -> None:
         self.owner = owner
         self.namespace = namespace
@@ -124,17 +155,27 @@ class Flight:
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self._views: weakref.WeakSet[FlightView] = weakref.WeakSet()
-        self._task: asyncio.Task[None] | None = None
+        self._start = start
+        self._upstream: AsyncIterator[Event] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        # Inline: the leader pulls in its own task, until a follower joins or without a guard.
+        self._guard = guard
+        self.inline = guard is not None
+        self.pulling = False
+        self._handover = False  # a follower joined during an inline pull
+        # The leader's task: it alone pulls inline. (Created in it: `lead` is synchronous.)
+        self._leader = asyncio.current_task() if guard is not None else None
 
     def view(self) -> FlightView:
         view = FlightView(self, self.base)
+        if self.inline and self._views:
+            # A follower: the upstream must outlive the leader now.
+            if self.pulling:
+                self._handover = True  # once the pull in progress is over
+            else:
+                self.start_pump()
         self._views.add(view)
         return view
-
-    def start(self, start: Start) -> None:
-        self._task = asyncio.get_running_loop().create_task(
-            self._pump(start), name=f"olp-singleflight-{self.key[:12]}"
-        )
 
     @property
     def listeners(self) -> int:
@@ -157,27 +198,94 @@ class Flight:
         self.owner.unshare(self)  # a new request must not join a dying flight
         await self.cancel()
 
-    async def cancel(self) -> None:
-        """Cancel the pump and wait until the upstream's cleanup has run.
+    def dropped(self, view: FlightView) -> None:
+        """A view was garbage-collected unclosed. A pump notices by itself; inline, nobody."""
+        self._views.discard(view)
+        if self.inline and not self._views and not self.done:
+            self.owner.unshare(self)
+            self._end_cancelled()
+            if self._upstream is not None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to close
+                    asyncio.get_running_loop().create_task(_close(self._upstream))
 
-        If the caller is cancelled while waiting, the pump still finishes cancelling.
+    async def cancel(self) -> None:
+        """Cancel the upstream and wait until its cleanup has run.
+
+        If the caller is cancelled while waiting, the pump still finishes cancelling. An
+        inline pull in progress (shutdown) is cancelled in its task, not waited for.
         """
-        task = self._task
+        task = self._pump
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task})
-        if not self.done:  # cancelled before the pump ever ran
+        elif self.pulling and self._leader is not None:
+            self._leader.cancel()  # the pull ends the flight
+            return
+        if not self.done:  # no pump ran the upstream to its end: inline, or never started
+            upstream = self._upstream
+            self._end_cancelled()
+            if upstream is not None:
+                await _close(upstream)
+
+    def _end_cancelled(self) -> None:
+        if not self.done:
             self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
             self._finish(False)
 
-    # -- the pump ------------------------------------------------------------------------
+    # -- pulling the upstream: the lone leader inline, else the pump ---------------------
 
-    async def _pump(self, start: Start) -> None:
-        upstream: AsyncIterator[Event] | None = None
+    async def pull(self) -> None:
+        """Fetch the next event in the leader's own task (inline mode), or end the flight."""
+        guard = self._guard
+        assert guard is not None
+        self.pulling = True
+        guard.hold(self._may_cancel)
+        try:
+            if self._upstream is None:
+                self._upstream = self._start()
+            event = await self._upstream.__anext__()
+        except StopAsyncIteration:
+            await self._settle(True)
+        except asyncio.CancelledError:
+            self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+            await self._settle(False)
+            raise
+        except Exception as exc:
+            self._fail(exc)
+            await self._settle(False)
+        else:
+            self._append(event)
+        finally:
+            self.pulling = False
+            if self._handover and not self.done:
+                self.start_pump()
+            guard.release()
+
+    def _may_cancel(self) -> bool:
+        """The leader's client left mid-pull: cut the upstream only if nobody else listens."""
+        if len(self._views) > 1:
+            return False
+        self.owner.unshare(self)
+        return True
+
+    async def _settle(self, ok: bool) -> None:
+        if self._upstream is not None:
+            await _close(self._upstream)
+        self._finish(ok)
+
+    def start_pump(self) -> None:
+        """From now on a task of its own pulls the upstream."""
+        self.inline = False
+        self._pump = asyncio.get_running_loop().create_task(
+            self._run_pump(), name=f"olp-singleflight-{self.key[:12]}"
+        )
+
+    async def _run_pump(self) -> None:
         ok = False
         try:
-            upstream = start()
-            async for event in upstream:
+            if self._upstream is None:
+                self._upstream = self._start()
+            async for event in self._upstream:
                 self._append(event)
                 # Every view dropped without aclose()? Checked now and then: it is rare.
                 if not len(self.events) % _CHECK_EVERY and not self._views:
@@ -190,9 +298,7 @@ class Flight:
         except Exception as exc:
             self._fail(exc)
         finally:
-            if upstream is not None:
-                await _close(upstream)
-            self._finish(ok)
+            await self._settle(ok)
 
     def _append(self, event: Event) -> None:
         self.events.append(event)
@@ -272,28 +378,46 @@ class SingleFlight:
         *,
         on_success: OnSuccess | None = None,
         share: bool = True,
+        guard: CancelGuard | None = None,
     ) -> FlightView:
         """Start a new flight and return the leader's view.
 
         With `share`, later `join`s find it — unless another flight for the same key is in
-        progress (a `no-cache` request runs its own upstream call beside it).
+        progress (a `no-cache` request runs its own upstream call beside it). With the
+        leader's `guard`, the leader pulls the upstream itself until a follower joins;
+        without, a pump does from the start.
         """
-        flight = Flight(self, namespace, key, self._max_bytes, on_success)
+        flight = Flight(
+            self,
+            namespace,
+            key,
+            start,
+            max_bytes=self._max_bytes,
+            on_success=on_success,
+            guard=guard,
+        )
         view = flight.view()
         if share and (namespace, key) not in self._table:
             self._table[(namespace, key)] = flight
         self._running.setdefault(namespace, set()).add(flight)
-        flight.start(start)
+        if guard is None:
+            flight.start_pump()
         return view
 
     def open(
-        self, namespace: str, key: str, start: Start, *, on_success: OnSuccess | None = None
+        self,
+        namespace: str,
+        key: str,
+        start: Start,
+        *,
+        on_success: OnSuccess | None = None,
+        guard: CancelGuard | None = None,
     ) -> tuple[bool, FlightView]:
         """Join the flight in progress, or lead a new one: (is_leader, view)."""
         view = self.join(namespace, key)
         if view is not None:
             return False, view
-        return True, self.lead(namespace, key, start, on_success=on_success)
+        return True, self.lead(namespace, key, start, on_success=on_success, guard=guard)
 
     def unshare(self, flight: Flight) -> None:
         """Later requests must not join `flight` (it overflowed, or nobody listens)."""

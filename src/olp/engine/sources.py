@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from olp.cache import CacheOutcome, HopRole, ResponseCache, hop_key
+from olp.cache import CacheOutcome, CancelGuard, HopRole, ResponseCache, hop_key
 from olp.engine.routing import Hop
 from olp.ir import ChatRequest, Event
 from olp.providers.base import HopContext
@@ -28,6 +28,8 @@ class CacheScope:
     store: bool  # False: Cache-Control no-store
     # Anthropic `cache_control` markers in the request: bypass on Anthropic hops.
     prompt_cache_markers: bool = False
+    # The request's disconnect watch: lets a lone leader pull its upstream in its own task.
+    guard: CancelGuard | None = None
     # Each hop's key, computed once: a miss asks for it in `find_cached` and in `start`.
     _keys: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
@@ -75,6 +77,11 @@ def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | N
     if scope is None:
         return HopSource(call(), "bypass", "direct")
     opened = scope.cache.lead(
-        scope.namespace, scope.key(hop), call, lookup=scope.lookup, store=scope.stores(hop)
+        scope.namespace,
+        scope.key(hop),
+        call,
+        lookup=scope.lookup,
+        store=scope.stores(hop),
+        guard=scope.guard,
     )
     return HopSource(opened.events, opened.outcome, opened.role)

@@ -90,9 +90,9 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         chain = ctx.authorize(ex.meta.identity, ctx.router.resolve(request.model))
         ctx.limits.check(ex.meta.identity)  # 429 key_limit_exceeded, with Retry-After
         ctx.limits.on_request(ex.meta.identity.key_id)
-        scope = _cache_scope(ctx, req, ex.meta.identity, body, fingerprint)
-        ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         watch = DisconnectWatch(req)
+        scope = _cache_scope(ctx, req, ex.meta.identity, body, fingerprint, watch)
+        ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         if request.stream:
             await _stream(ex, chain, request, scope)
         else:
@@ -126,7 +126,12 @@ def _parse(ctx: AppContext, body: bytes) -> tuple[ChatRequest, bytes | None]:
 
 
 def _cache_scope(
-    ctx: AppContext, req: Request, identity: Identity, body: bytes, fingerprint: bytes | None
+    ctx: AppContext,
+    req: Request,
+    identity: Identity,
+    body: bytes,
+    fingerprint: bytes | None,
+    watch: DisconnectWatch,
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
     if fingerprint is None:  # the cache is off
@@ -143,6 +148,7 @@ def _cache_scope(
         store=store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
         prompt_cache_markers=b'"cache_control"' in body,
+        guard=watch,
     )
 
 
