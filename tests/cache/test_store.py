@@ -354,3 +354,91 @@ def test_an_unusable_home_falls_back_to_memory(tmp_path: Path) -> None:
     store.put("ns", "k", ANSWER)
     assert store.lookup("ns", "k") is not None
     store.close()
+
+
+# -- the file's layout -----------------------------------------------------------------------
+
+
+def _disk_rows(path: Path) -> list[tuple[int, str, str]]:
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT id, namespace, key FROM entries ORDER BY id").fetchall()
+    conn.close()
+    return rows
+
+
+def test_a_replaced_entry_leaves_one_row_and_ids_count_on_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cache.db"
+    store = reopen(path)
+    store.put("ns", "k", answer("one"))
+    store.put("ns", "k", answer("two"))
+    store.close()
+    assert _disk_rows(path) == [(2, "ns", "k")]
+    again = reopen(path)
+    again.put("ns", "j", answer("three"))  # a new id, above every id in the file
+    again.close()
+    assert _disk_rows(path) == [(2, "ns", "k"), (3, "ns", "j")]
+
+
+def test_a_leftover_older_row_of_an_entry_is_dropped_at_start(tmp_path: Path) -> None:
+    # A replacement's delete can miss the file if the process dies between the two writes.
+    path = tmp_path / "cache.db"
+    store = reopen(path)
+    store.put("ns", "k", answer("new"))
+    store.close()
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "INSERT INTO entries (id, namespace, key, nbytes, created_at, expires_at, used_at,"
+            " body) VALUES (0, 'ns', 'k', 1, 1e9, 3e9, 9e9, ?)",
+            (encode_events(answer("old")),),
+        )
+    conn.close()
+
+    async def main() -> None:
+        again = reopen(path)
+        hit = await again.get("ns", "k")
+        assert hit is not None and hit.events == answer("new")
+        assert again.stats().entries == 1
+        await again.aclose()
+
+    asyncio.run(main())
+    assert _disk_rows(path) == [(1, "ns", "k")]
+
+
+def test_a_file_of_the_previous_layout_is_migrated_with_its_entries_and_lru_order(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cache.db"
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE entries (
+                namespace TEXT NOT NULL, key TEXT NOT NULL, nbytes INTEGER NOT NULL,
+                created_at REAL NOT NULL, expires_at REAL NOT NULL, used_at REAL NOT NULL,
+                body BLOB NOT NULL, PRIMARY KEY (namespace, key));
+            CREATE TABLE control (id INTEGER PRIMARY KEY, action TEXT NOT NULL,
+                namespace TEXT, requested_at REAL NOT NULL);
+            PRAGMA user_version = 2;
+            """
+        )
+        now = Clock().now
+        for key, used in (("b", 3.0), ("a", 1.0), ("c", 2.0)):
+            body = encode_events(answer(key))
+            conn.execute(
+                "INSERT INTO entries VALUES ('ns', ?, ?, ?, ?, ?, ?)",
+                (key, len(body), now, now + 60, now + used, body),
+            )
+    conn.close()
+    store = reopen(path)
+    assert [(ns, key) for _, ns, key in _disk_rows(path)] == [("ns", "a"), ("ns", "c"), ("ns", "b")]
+    store.put("ns", "d", answer("d"))  # evicts a, the least recently used
+
+    async def main() -> None:
+        assert await store.get("ns", "a") is None
+        for key in ("b", "c", "d"):
+            hit = await store.get("ns", key)
+            assert hit is not None and hit.events == answer(key)
+        await store.aclose()
+
+    asyncio.run(main())

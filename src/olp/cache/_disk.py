@@ -26,6 +26,7 @@ __all__ = [
     "IndexRow",
     "Row",
     "delete_rows",
+    "last_id",
     "load_index",
     "open_cache_db",
     "open_reader",
@@ -62,6 +63,32 @@ MIGRATIONS = (
             namespace TEXT,
             requested_at REAL NOT NULL
         )
+        """,
+    ),
+    # Entries by an id the server hands out in order, not by (namespace, key): a new entry
+    # is appended at the table's end, and the oldest go from its start, instead of every
+    # write landing on a random page of a key index (3x the writer's work, and WAL
+    # traffic). The in-memory index maps (namespace, key) to the id; the namespace index
+    # serves `olp cache clear NAMESPACE` and stays append-only too.
+    Migration(
+        3,
+        """
+        CREATE TABLE entries_by_id (
+            id INTEGER PRIMARY KEY,
+            namespace TEXT NOT NULL,
+            key TEXT NOT NULL,
+            nbytes INTEGER NOT NULL,
+            created_at REAL NOT NULL,
+            expires_at REAL NOT NULL,
+            used_at REAL NOT NULL,
+            body BLOB NOT NULL
+        );
+        INSERT INTO entries_by_id (namespace, key, nbytes, created_at, expires_at, used_at, body)
+            SELECT namespace, key, nbytes, created_at, expires_at, used_at, body
+            FROM entries ORDER BY used_at;
+        DROP TABLE entries;
+        ALTER TABLE entries_by_id RENAME TO entries;
+        CREATE INDEX entries_namespace ON entries (namespace)
         """,
     ),
 )
@@ -126,6 +153,7 @@ def _move_aside(path: Path) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class IndexRow:
+    id: int
     namespace: str
     key: str
     nbytes: int
@@ -136,20 +164,28 @@ class IndexRow:
 def load_index(conn: sqlite3.Connection) -> list[IndexRow]:
     """Every entry's metadata, least recently used first."""
     rows = conn.execute(
-        "SELECT namespace, key, nbytes, created_at, expires_at FROM entries ORDER BY used_at"
+        "SELECT id, namespace, key, nbytes, created_at, expires_at FROM entries "
+        "ORDER BY used_at, id"
     ).fetchall()
     return [IndexRow(*row) for row in rows]
 
 
-def delete_rows(conn: sqlite3.Connection, rows: list[tuple[str, str]]) -> None:
-    if rows:
-        conn.executemany("DELETE FROM entries WHERE namespace = ? AND key = ?", rows)
+def last_id(conn: sqlite3.Connection) -> int:
+    """The highest entry id ever written (0 for an empty file); new ids count on from it."""
+    (found,) = conn.execute("SELECT COALESCE(MAX(id), 0) FROM entries").fetchone()
+    return int(found)
+
+
+def delete_rows(conn: sqlite3.Connection, ids: list[int]) -> None:
+    if ids:
+        conn.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in ids])
 
 
 # A write to apply (a tuple whose first item names it, see `DiskWriter`); a threading.Event
 # to set once everything before it is applied; or None to stop the thread.
 Op = tuple[object, ...] | threading.Event | None
-Row = tuple[str, str, int, float, float, float, bytes]
+# id, namespace, key, nbytes, created_at, expires_at, used_at, body
+Row = tuple[int, str, str, int, float, float, float, bytes]
 
 _PUT, _DELETE, _CLEAR, _TOUCH = 0, 1, 2, 3
 # After a wake-up the writer lets writes gather for this long (a flush or close cuts it
@@ -162,9 +198,9 @@ class DiskWriter:
     """Applies writes to the cache file from one background thread, batched per wake-up.
 
     Callers only enqueue (a few hundred nanoseconds); a failed write is logged and
-    dropped, which at worst loses a cache entry. Within a batch only the last put or delete
-    of an entry is written (an insert replaces the row anyway; a delete makes an earlier
-    insert moot), and the batch is one transaction.
+    dropped, which at worst loses a cache entry. Every put has a new id (a replaced entry's
+    old id is deleted), so within a batch a put whose id is deleted later is skipped; the
+    batch is one transaction.
     """
 
     def __init__(
@@ -184,13 +220,14 @@ class DiskWriter:
     def put(self, row: Row) -> None:
         self._queue.put((_PUT, row))
 
-    def delete(self, namespace: str, key: str) -> None:
-        self._queue.put((_DELETE, namespace, key))
+    def delete(self, entry_id: int) -> None:
+        self._queue.put((_DELETE, entry_id))
 
     def clear(self, namespace: str | None) -> None:
         self._queue.put((_CLEAR, namespace))
 
-    def touch(self, rows: list[tuple[float, str, str]]) -> None:
+    def touch(self, rows: list[tuple[float, int]]) -> None:
+        """(used_at, id) pairs."""
         self._queue.put((_TOUCH, rows))
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -249,44 +286,39 @@ class DiskWriter:
         return any(op is None for op in batch)
 
 
-_INSERT_MANY = "INSERT OR REPLACE INTO entries"
-_DELETE_MANY = "DELETE FROM entries WHERE (namespace, key) IN ("
-_TOUCH_SQL = "UPDATE entries SET used_at = ? WHERE namespace = ? AND key = ?"
+_INSERT_MANY = (
+    "INSERT OR REPLACE INTO entries "
+    "(id, namespace, key, nbytes, created_at, expires_at, used_at, body)"
+)
+_DELETE_MANY = "DELETE FROM entries WHERE id IN ("
+_TOUCH_SQL = "UPDATE entries SET used_at = ? WHERE id = ?"
 
 
 def _write(conn: sqlite3.Connection, writes: list[tuple[object, ...]]) -> None:
-    """Apply `writes` in order, keeping only the last put or delete of each entry."""
-    last: dict[tuple[object, object], int] = {}
-    for i, op in enumerate(writes):
-        kind = op[0]
-        if kind == _PUT:
-            row = op[1]
-            last[(row[0], row[1])] = i  # type: ignore[index]
-        elif kind == _DELETE:
-            last[(op[1], op[2])] = i
-    # Kept puts and deletes are of distinct entries, so they commute: each run between two
-    # clears or touches goes to two executemany calls. A clear or touch keeps its place.
-    puts: list[object] = []
-    deletes: list[tuple[object, object]] = []
+    """Apply `writes` in order; a put deleted in the same batch is never written."""
+    deleted = {op[1] for op in writes if op[0] == _DELETE}
+    # Puts and deletes are of distinct ids (a put's id is new), so they commute: each run
+    # between two clears or touches goes to two multi-row statements (one step, one GIL
+    # hand-off, per few hundred rows). A clear or touch keeps its place.
+    puts: list[Row] = []
+    deletes: list[tuple[object]] = []
 
     def drain() -> None:
-        # Multi-row statements: one step (one GIL hand-off) per few hundred rows.
         if deletes:
             execute_rows(conn, _DELETE_MANY, deletes, tail=")")
             deletes.clear()
         if puts:
-            execute_rows(conn, _INSERT_MANY, puts)  # type: ignore[arg-type]
+            execute_rows(conn, _INSERT_MANY, puts)
             puts.clear()
 
-    for i, op in enumerate(writes):
+    for op in writes:
         kind = op[0]
         if kind == _PUT:
-            row = op[1]
-            if last[(row[0], row[1])] == i:  # type: ignore[index]
+            row: Row = op[1]  # type: ignore[assignment]
+            if row[0] not in deleted:
                 puts.append(row)
         elif kind == _DELETE:
-            if last[(op[1], op[2])] == i:
-                deletes.append((op[1], op[2]))
+            deletes.append((op[1],))
         else:
             drain()
             if kind == _CLEAR:

@@ -20,12 +20,19 @@ import asyncio
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from olp.cache._disk import DiskWriter, delete_rows, load_index, open_cache_db, open_reader
+from olp.cache._disk import (
+    DiskWriter,
+    delete_rows,
+    last_id,
+    load_index,
+    open_cache_db,
+    open_reader,
+)
 from olp.cache.codec import decode_events, encode_events
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
 from olp.cache.store import CachedAnswer, StoreStats
@@ -41,8 +48,8 @@ log = event_logger("olp.cache")
 _TOUCH_BATCH = 512
 
 
-@dataclass(frozen=True, slots=True)
-class _Meta:
+class _Meta(NamedTuple):  # a tuple: built on every miss, and a frozen dataclass costs 3x
+    id: int  # the entry's row in the file
     nbytes: int
     created_at: float
     expires_at: float
@@ -65,7 +72,8 @@ class SqliteStore:
         self._clock = clock
         self._front = MemoryStore(config, clock, max_total_bytes=memory_bytes)
         self._index: dict[str, OrderedDict[str, _Meta]] = {}
-        self._touched: dict[tuple[str, str], float] = {}
+        self._next_id = 1
+        self._touched: dict[int, float] = {}  # entry id -> used_at, not yet written
         self._reads: dict[tuple[str, str], asyncio.Future[_Read]] = {}
         self._writer: DiskWriter | None = None
         self._reader: ThreadPoolExecutor | None = None
@@ -107,7 +115,7 @@ class SqliteStore:
         meta = self._live_meta(namespace, key)
         if meta is None:
             return None
-        found, events = await self._read(namespace, key)
+        found, events = await self._read(namespace, key, meta.id)
         if self._meta(namespace, key) is not meta:
             # Deleted, cleared or replaced while we read: the front has any newer answer.
             return self.lookup(namespace, key)
@@ -131,22 +139,25 @@ class SqliteStore:
             return None
         return meta
 
-    async def _read(self, namespace: str, key: str) -> _Read:
+    async def _read(self, namespace: str, key: str, entry_id: int) -> _Read:
         # Concurrent misses on one entry share one disk read.
         pending = self._reads.get((namespace, key))
         if pending is None:
             assert self._reader is not None
             loop = asyncio.get_running_loop()
-            pending = loop.run_in_executor(self._reader, self._read_blocking, namespace, key)
+            pending = loop.run_in_executor(
+                self._reader, self._read_blocking, namespace, key, entry_id
+            )
             self._reads[(namespace, key)] = pending
             pending.add_done_callback(lambda _: self._reads.pop((namespace, key), None))
         return await asyncio.shield(pending)
 
-    def _read_blocking(self, namespace: str, key: str) -> _Read:
+    def _read_blocking(self, namespace: str, key: str, entry_id: int) -> _Read:
         assert self._reader_conn is not None
         try:
             row = self._reader_conn.execute(
-                "SELECT body FROM entries WHERE namespace = ? AND key = ?", (namespace, key)
+                "SELECT body FROM entries WHERE id = ? AND namespace = ? AND key = ?",
+                (entry_id, namespace, key),
             ).fetchone()
         except sqlite3.Error as exc:
             log.warning("cache_read_failed", path=str(self.path), error=repr(exc))
@@ -162,33 +173,35 @@ class SqliteStore:
         if answer is None:
             return False
         self._front.insert(namespace, key, answer)
-        self._index_put(namespace, key, _Meta(answer.nbytes, answer.created_at, answer.expires_at))
+        entry_id = self._next_id
+        self._next_id += 1
+        meta = _Meta(entry_id, answer.nbytes, answer.created_at, answer.expires_at)
+        replaced = self._index_put(namespace, key, meta)
         if self._writer is not None:
             self._flush_touches()
             self._writer.put(
-                (
-                    namespace,
-                    key,
-                    answer.nbytes,
-                    answer.created_at,
-                    answer.expires_at,
-                    answer.created_at,
-                    body,
-                )
-            )
+                (entry_id, namespace, key, meta.nbytes, meta.created_at, meta.expires_at,
+                 meta.created_at, body)
+            )  # fmt: skip
+            if replaced is not None:
+                self._drop_row(replaced.id)
         return True
 
     def delete(self, namespace: str, key: str) -> bool:
         self._front.delete(namespace, key)
         space = self._index.get(namespace)
-        if space is None or space.pop(key, None) is None:
+        meta = None if space is None else space.pop(key, None)
+        if meta is None:
             return False
         if not space:
             del self._index[namespace]
-        self._touched.pop((namespace, key), None)
-        if self._writer is not None:
-            self._writer.delete(namespace, key)
+        self._drop_row(meta.id)
         return True
+
+    def _drop_row(self, entry_id: int) -> None:
+        self._touched.pop(entry_id, None)
+        if self._writer is not None:
+            self._writer.delete(entry_id)
 
     def clear(self, namespace: str | None = None) -> int:
         self._front.clear(namespace)
@@ -197,31 +210,39 @@ class SqliteStore:
             self._index.clear()
             self._touched.clear()
         else:
-            dropped = len(self._index.pop(namespace, {}))
-            self._touched = {k: v for k, v in self._touched.items() if k[0] != namespace}
+            gone: Mapping[str, _Meta] = self._index.pop(namespace, {})
+            dropped = len(gone)
+            for meta in gone.values():
+                self._touched.pop(meta.id, None)
         if self._writer is not None:
             self._writer.clear(namespace)
         return dropped
 
-    def _index_put(self, namespace: str, key: str, meta: _Meta) -> None:
-        space = self._index.setdefault(namespace, OrderedDict())
+    def _index_put(self, namespace: str, key: str, meta: _Meta) -> _Meta | None:
+        """Index `meta` as the newest entry; returns the entry it replaced, if any."""
+        space = self._index.get(namespace)
+        if space is None:
+            space = self._index[namespace] = OrderedDict()
+        replaced = space.pop(key, None)
         space[key] = meta
-        space.move_to_end(key)
         while len(space) > self._config.max_entries_per_key:
             self.delete(namespace, next(iter(space)))
+        return replaced
 
     def _touch(self, namespace: str, key: str) -> None:
         space = self._index.get(namespace)
-        if space is not None and key in space:
-            space.move_to_end(key)
-            if self._writer is not None:
-                self._touched[(namespace, key)] = self._clock()
-                if len(self._touched) >= _TOUCH_BATCH:
-                    self._flush_touches()
+        meta = None if space is None else space.get(key)
+        if space is None or meta is None:
+            return
+        space.move_to_end(key)
+        if self._writer is not None:
+            self._touched[meta.id] = self._clock()
+            if len(self._touched) >= _TOUCH_BATCH:
+                self._flush_touches()
 
     def _flush_touches(self) -> None:
         if self._touched and self._writer is not None:
-            rows = [(used, ns, key) for (ns, key), used in self._touched.items()]
+            rows = [(used, entry_id) for entry_id, used in self._touched.items()]
             self._touched = {}
             self._writer.touch(rows)
 
@@ -230,18 +251,25 @@ class SqliteStore:
     def _load(self, conn: sqlite3.Connection) -> None:
         """Rebuild the index from the file, dropping what expired or no longer fits."""
         cfg, now = self._config, self._clock()
-        stale: list[tuple[str, str]] = []
+        stale: list[int] = []
         for row in load_index(conn):
             # A lowered ttl_s applies to entries written before the change, too.
             expires = min(row.expires_at, row.created_at + cfg.ttl_s)
             if expires <= now or row.nbytes > cfg.max_entry_bytes:
-                stale.append((row.namespace, row.key))
+                stale.append(row.id)
                 continue
             space = self._index.setdefault(row.namespace, OrderedDict())
-            space[row.key] = _Meta(row.nbytes, row.created_at, expires)
+            meta = _Meta(row.id, row.nbytes, row.created_at, expires)
+            twin = space.pop(row.key, None)
+            if twin is not None:
+                # A replaced entry whose delete did not reach the file: keep the newer row.
+                older, meta = (meta, twin) if twin.id > meta.id else (twin, meta)
+                stale.append(older.id)
+            space[row.key] = meta
             if len(space) > cfg.max_entries_per_key:
-                stale.append((row.namespace, space.popitem(last=False)[0]))
+                stale.append(space.popitem(last=False)[1].id)
         delete_rows(conn, stale)
+        self._next_id = last_id(conn) + 1
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until pending writes are on disk (tests, the CLI). Not for the event loop."""
