@@ -262,8 +262,9 @@ def test_namespaces_do_not_share_flights() -> None:
     async def main() -> None:
         sf = flights()
         up = Upstream(pause_at=1)
-        assert sf.open("alice", "k", up.start)[0]
-        assert sf.open("bob", "k", up.start)[0]
+        alice = sf.open("alice", "k", up.start)
+        bob = sf.open("bob", "k", up.start)  # views held: a dropped one ends its flight
+        assert alice[0] and bob[0]
         await settle()
         assert up.starts == 2
         await sf.aclose()

@@ -59,7 +59,6 @@ Start = Callable[[], AsyncIterator[Event]]
 OnSuccess = Callable[[tuple[Event, ...]], None]
 # Drop the read prefix of an overflowed answer only in chunks this big (amortised O(1)).
 _TRIM_MIN = 256
-_CHECK_EVERY = 64
 _CANCELLED = "the shared upstream stream was cancelled"
 
 
@@ -78,12 +77,14 @@ class CancelGuard(Protocol):
 class FlightView:
     """One listener's iterator over a flight: replay, then the live tail."""
 
-    __slots__ = ("__weakref__", "_closed", "_flight", "_pos")
+    __slots__ = ("__weakref__", "_closed", "_flight", "_pos", "ref")
 
     def __init__(self, flight: Flight, pos: int) -> None:
         self._flight = flight
         self._pos = pos
         self._closed = False
+        # How the flight holds it: weakly, so a view dropped unclosed dies (see __del__).
+        self.ref = weakref.ref(self)
 
     def __aiter__(self) -> FlightView:
         return self
@@ -121,7 +122,7 @@ class FlightView:
 
     def __del__(self) -> None:
         if not self._closed:  # dropped without aclose(): a caller's bug, but never a leak
-            self._flight.dropped(self)
+            self._flight.dropped(self.ref)
 
 
 class Flight:
@@ -154,7 +155,7 @@ class Flight:
         self._on_success = on_success
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
-        self._views: weakref.WeakSet[FlightView] = weakref.WeakSet()
+        self._views: set[weakref.ref[FlightView]] = set()  # the views not closed yet
         self._start = start
         self._upstream: AsyncIterator[Event] | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -174,7 +175,7 @@ class Flight:
                 self._handover = True  # once the pull in progress is over
             else:
                 self.start_pump()
-        self._views.add(view)
+        self._views.add(view.ref)
         return view
 
     @property
@@ -189,24 +190,28 @@ class Flight:
     # -- listeners leaving ---------------------------------------------------------------
 
     def leave(self, view: FlightView) -> None:
-        self._views.discard(view)
+        self._views.discard(view.ref)
 
     async def leave_early(self, view: FlightView) -> None:
-        self._views.discard(view)
+        self._views.discard(view.ref)
         if self._views or self.done:
             return
         self.owner.unshare(self)  # a new request must not join a dying flight
         await self.cancel()
 
-    def dropped(self, view: FlightView) -> None:
-        """A view was garbage-collected unclosed. A pump notices by itself; inline, nobody."""
-        self._views.discard(view)
-        if self.inline and not self._views and not self.done:
-            self.owner.unshare(self)
-            self._end_cancelled()
-            if self._upstream is not None:
-                with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to close
-                    asyncio.get_running_loop().create_task(_close(self._upstream))
+    def dropped(self, ref: weakref.ref[FlightView]) -> None:
+        """A view was garbage-collected unclosed: if it was the last, end the upstream."""
+        self._views.discard(ref)
+        if self._views or self.done:
+            return
+        self.owner.unshare(self)
+        if self._pump is not None:
+            self._pump.cancel()
+            return
+        self._end_cancelled()
+        if self._upstream is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to close
+                asyncio.get_running_loop().create_task(_close(self._upstream))
 
     async def cancel(self) -> None:
         """Cancel the upstream and wait until its cleanup has run.
@@ -245,7 +250,7 @@ class Flight:
                 self._upstream = self._start()
             event = await self._upstream.__anext__()
         except StopAsyncIteration:
-            await self._settle(True)
+            self._finish(True)
         except asyncio.CancelledError:
             self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
             await self._settle(False)
@@ -269,7 +274,9 @@ class Flight:
         return True
 
     async def _settle(self, ok: bool) -> None:
-        if self._upstream is not None:
+        # An upstream that ended by itself has run its cleanup; one that failed or was cut
+        # off mid-way may hold a connection or a child process until closed.
+        if not ok and self._upstream is not None:
             await _close(self._upstream)
         self._finish(ok)
 
@@ -287,11 +294,7 @@ class Flight:
                 self._upstream = self._start()
             async for event in self._upstream:
                 self._append(event)
-                # Every view dropped without aclose()? Checked now and then: it is rare.
-                if not len(self.events) % _CHECK_EVERY and not self._views:
-                    break
-            else:
-                ok = True
+            ok = True
         except asyncio.CancelledError:
             self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
             raise
@@ -334,7 +337,8 @@ class Flight:
                 waiter.set_result(None)
 
     def trim(self) -> None:
-        low = min((v.position for v in self._views), default=self.base + len(self.events))
+        positions = [v.position for r in self._views if (v := r()) is not None]
+        low = min(positions, default=self.base + len(self.events))
         read = low - self.base
         if read >= _TRIM_MIN and read >= len(self.events) // 2:
             del self.events[:read]
