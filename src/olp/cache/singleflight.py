@@ -104,10 +104,7 @@ class FlightView:
                 flight.leave(self)
                 flight.raise_error()
                 break
-            if flight.inline and not flight.pulling:
-                await flight.pull()  # the lone leader
-            else:
-                await flight.wait()
+            await flight.wait()
         raise StopAsyncIteration
 
     @property
@@ -123,6 +120,37 @@ class FlightView:
     def __del__(self) -> None:
         if not self._closed:  # dropped without aclose(): a caller's bug, but never a leak
             self._flight.dropped(self.ref)
+
+
+class LeaderView(FlightView):
+    """The leader's view: while the leader is alone (inline), iterating it reads the upstream.
+
+    The read is written out here rather than in a helper coroutine: every event, and every
+    wait of the upstream's, would pass through one more frame.
+    """
+
+    __slots__ = ()
+
+    async def __anext__(self) -> Event:
+        flight = self._flight
+        if not flight.inline or flight.done or self._closed:
+            return await FlightView.__anext__(self)
+        flight.pulling = True
+        try:
+            event: Event | None = await flight.upstream().__anext__()
+        except StopAsyncIteration:
+            flight.finish(True)
+            event = None
+        except BaseException as exc:
+            await flight.end_pull(exc)  # re-raises a cancellation
+            event = None
+        finally:
+            flight.pulled()
+        if event is None:  # the end, or the upstream's error, as every view gets it
+            return await FlightView.__anext__(self)
+        flight.append(event)
+        self._pos += 1
+        return event
 
 
 class Flight:
@@ -166,9 +194,11 @@ class Flight:
         self._handover = False  # a follower joined during an inline pull
         # The leader's task: it alone pulls inline. (Created in it: `lead` is synchronous.)
         self._leader = asyncio.current_task() if guard is not None else None
+        if guard is not None:
+            guard.hold(self._may_cancel)
 
-    def view(self) -> FlightView:
-        view = FlightView(self, self.base)
+    def view(self, *, leader: bool = False) -> FlightView:
+        view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
         if self.inline and self._views:
             # A follower: the upstream must outlive the leader now.
             if self.pulling:
@@ -235,35 +265,37 @@ class Flight:
     def _end_cancelled(self) -> None:
         if not self.done:
             self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
-            self._finish(False)
+            self.finish(False)
 
     # -- pulling the upstream: the lone leader inline, else the pump ---------------------
 
-    async def pull(self) -> None:
-        """Fetch the next event in the leader's own task (inline mode), or end the flight."""
-        guard = self._guard
-        assert guard is not None
-        self.pulling = True
-        guard.hold(self._may_cancel)
-        try:
-            if self._upstream is None:
-                self._upstream = self._start()
-            event = await self._upstream.__anext__()
-        except StopAsyncIteration:
-            self._finish(True)
-        except asyncio.CancelledError:
-            self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
-            await self._settle(False)
-            raise
-        except Exception as exc:
+    def upstream(self) -> AsyncIterator[Event]:
+        upstream = self._upstream
+        if upstream is None:
+            upstream = self._upstream = self._start()
+        return upstream
+
+    def pulled(self) -> None:
+        """An inline read returned (or failed); a follower that joined meanwhile takes over."""
+        self.pulling = False
+        if self._handover and not self.done:
+            self.start_pump()
+
+    async def end_pull(self, exc: BaseException) -> None:
+        """An inline read failed, or the leader's task was cancelled during it."""
+        if isinstance(exc, Exception):
             self._fail(exc)
             await self._settle(False)
-        else:
-            self._append(event)
-        finally:
-            self.pulling = False
-            if self._handover and not self.done:
-                self.start_pump()
+            return
+        self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+        await self._settle(False)
+        raise exc
+
+    def _release_guard(self) -> None:
+        # Once a pump reads the upstream, or the flight is over, a disconnect of the
+        # leader's client is its own business again (a cancel deferred meanwhile lands now).
+        guard, self._guard = self._guard, None
+        if guard is not None:
             guard.release()
 
     def _may_cancel(self) -> bool:
@@ -278,7 +310,7 @@ class Flight:
         # off mid-way may hold a connection or a child process until closed.
         if not ok and self._upstream is not None:
             await _close(self._upstream)
-        self._finish(ok)
+        self.finish(ok)
 
     def start_pump(self) -> None:
         """From now on a task of its own pulls the upstream."""
@@ -286,6 +318,7 @@ class Flight:
         self._pump = asyncio.get_running_loop().create_task(
             self._run_pump(), name=f"olp-singleflight-{self.key[:12]}"
         )
+        self._release_guard()
 
     async def _run_pump(self) -> None:
         ok = False
@@ -293,7 +326,7 @@ class Flight:
             if self._upstream is None:
                 self._upstream = self._start()
             async for event in self._upstream:
-                self._append(event)
+                self.append(event)
             ok = True
         except asyncio.CancelledError:
             self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
@@ -303,7 +336,7 @@ class Flight:
         finally:
             await self._settle(ok)
 
-    def _append(self, event: Event) -> None:
+    def append(self, event: Event) -> None:
         self.events.append(event)
         if not self.overflowed:
             # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
@@ -347,7 +380,7 @@ class Flight:
     def _fail(self, exc: BaseException) -> None:
         self._error, self._error_tb = exc, exc.__traceback__
 
-    def _finish(self, ok: bool) -> None:
+    def finish(self, ok: bool) -> None:
         if self.done:
             return
         if ok and not self.overflowed and self._on_success is not None:
@@ -358,6 +391,7 @@ class Flight:
         self.owner.finished(self)
         self.done = True
         self._wake()
+        self._release_guard()
 
 
 class SingleFlight:
@@ -400,10 +434,13 @@ class SingleFlight:
             on_success=on_success,
             guard=guard,
         )
-        view = flight.view()
+        view = flight.view(leader=guard is not None)
         if share and (namespace, key) not in self._table:
             self._table[(namespace, key)] = flight
-        self._running.setdefault(namespace, set()).add(flight)
+        running = self._running.get(namespace)
+        if running is None:
+            running = self._running[namespace] = set()
+        running.add(flight)
         if guard is None:
             flight.start_pump()
         return view
