@@ -95,7 +95,9 @@ class MemoryStore:
         self.delete(namespace, key)
         if weight > self._max_total:
             return
-        space = self._spaces.setdefault(namespace, OrderedDict())
+        space = self._spaces.get(namespace)
+        if space is None:
+            space = self._spaces[namespace] = OrderedDict()
         space[key] = answer
         self._lru[(namespace, key)] = weight
         self._total += weight

@@ -20,7 +20,9 @@ from olp.ir import Event
 __all__ = ["CachedAnswer", "Store", "StoreStats"]
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen (one is built per stored answer, and a frozen dataclass costs ~3x to build);
+# nobody changes one once made.
+@dataclass(slots=True)
 class CachedAnswer:
     """One complete answer: the events exactly as the upstream produced them."""
 
