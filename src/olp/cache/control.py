@@ -25,6 +25,15 @@ def _connect(home: Path) -> sqlite3.Connection:
     return open_database(home / CACHE_FILE, MIGRATIONS, check_same_thread=False)
 
 
+def _connect_polled(path: Path) -> sqlite3.Connection:
+    # The server opened (checked and migrated) this file at start, and polls it every
+    # second: `open_database` would run `PRAGMA quick_check` over the whole file each time,
+    # work that grows with the cache.
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA busy_timeout = 2000")
+    return conn
+
+
 def request_clear(home: Path, namespace: str | None) -> int:
     """Delete stored answers (one namespace, or all) and tell a running server to follow."""
     conn = _connect(home)
@@ -49,8 +58,12 @@ def take_clear_requests(home: Path) -> list[str | None]:
     path = home / CACHE_FILE
     if not path.exists():
         return []
-    conn = _connect(home)
+    conn = _connect_polled(path)
     try:
+        # Read first: the write lock is taken only when a request is waiting, so the poll
+        # never makes the cache's writer thread wait.
+        if conn.execute("SELECT 1 FROM control LIMIT 1").fetchone() is None:
+            return []
         conn.execute("BEGIN IMMEDIATE")
         rows = conn.execute("SELECT namespace FROM control WHERE action = 'clear'").fetchall()
         conn.execute("DELETE FROM control")

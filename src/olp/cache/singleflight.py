@@ -44,7 +44,7 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import Protocol
+from typing import Any, Protocol
 
 from olp.cache.codec import estimate_size
 from olp.errors import Failure, ProviderError
@@ -68,6 +68,10 @@ class CancelGuard(Protocol):
     While held, a cancel first asks `may_cancel()`: True cancels at once; False defers
     the cancel to `release()`, once the pull in progress has ended.
     """
+
+    @property
+    def task(self) -> asyncio.Task[Any] | None:
+        """The leader's task (shutdown cancels it if it is reading the upstream)."""
 
     def hold(self, may_cancel: Callable[[], bool]) -> None: ...
 
@@ -192,8 +196,8 @@ class Flight:
         self.inline = guard is not None
         self.pulling = False
         self._handover = False  # a follower joined during an inline pull
-        # The leader's task: it alone pulls inline. (Created in it: `lead` is synchronous.)
-        self._leader = asyncio.current_task() if guard is not None else None
+        # The leader's task: it alone pulls inline.
+        self._leader = guard.task if guard is not None else None
         if guard is not None:
             guard.hold(self._may_cancel)
 

@@ -149,6 +149,10 @@ class DisconnectWatch:
             # without ever waiting (a cache hit) never pays for a task it did not need.
             self._spawn = asyncio.get_running_loop().call_soon(self._start)
 
+    @property
+    def task(self) -> asyncio.Task[Any] | None:
+        return self._task
+
     def hold(self, may_cancel: Callable[[], bool]) -> None:
         self._may_cancel = may_cancel
 
