@@ -292,6 +292,9 @@ class Flight:
             await self._settle(False)
             return
         self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+        if isinstance(exc, GeneratorExit):  # the leader's coroutine is being closed: no await
+            self.finish(False)
+            raise exc
         await self._settle(False)
         raise exc
 
