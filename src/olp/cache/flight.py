@@ -1,0 +1,377 @@
+"""A flight: one upstream answer in progress, the views reading it, and who reads the upstream.
+
+`olp.cache.singleflight` explains the rules; `SingleFlight` there is the table of flights.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import weakref
+from collections.abc import AsyncIterator, Callable
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Protocol
+
+from olp.cache.codec import estimate_size
+from olp.errors import Failure, ProviderError
+from olp.ir import Event, TextDelta
+from olp.observability import event_logger
+
+if TYPE_CHECKING:
+    from olp.cache.singleflight import SingleFlight
+
+__all__ = ["CancelGuard", "Flight", "FlightView", "LeaderView", "OnSuccess", "Start"]
+
+log = event_logger("olp.cache")
+
+Start = Callable[[], AsyncIterator[Event]]
+OnSuccess = Callable[[tuple[Event, ...]], None]
+# Drop the read prefix of an overflowed answer only in chunks this big (amortised O(1)).
+_TRIM_MIN = 256
+_CANCELLED = "the shared upstream stream was cancelled"
+
+
+class CancelGuard(Protocol):
+    """Whoever cancels the leader's task when its client goes away (the disconnect watch).
+
+    While held, a cancel first asks `may_cancel()`: True cancels at once; False defers
+    the cancel to `release()`, once the pull in progress has ended.
+    """
+
+    @property
+    def task(self) -> asyncio.Task[Any] | None:
+        """The leader's task (shutdown cancels it if it is reading the upstream)."""
+
+    def hold(self, may_cancel: Callable[[], bool]) -> None: ...
+
+    def release(self) -> None: ...
+
+
+class FlightView:
+    """One listener's iterator over a flight: replay, then the live tail."""
+
+    __slots__ = ("__weakref__", "_closed", "_flight", "_pos", "ref")
+
+    def __init__(self, flight: Flight, pos: int) -> None:
+        self._flight = flight
+        self._pos = pos
+        self._closed = False
+        # How the flight holds it: weakly, so a view dropped unclosed dies (see __del__).
+        self.ref = weakref.ref(self)
+
+    def __aiter__(self) -> FlightView:
+        return self
+
+    async def __anext__(self) -> Event:
+        flight = self._flight
+        while not self._closed:
+            i = self._pos - flight.base
+            if i < len(flight.events):
+                self._pos += 1
+                event = flight.events[i]
+                if flight.overflowed and i >= _TRIM_MIN and not i % _TRIM_MIN:
+                    flight.trim()
+                return event
+            if flight.done:
+                self._closed = True
+                flight.leave(self)
+                flight.raise_error()
+                break
+            await flight.wait()
+        raise StopAsyncIteration
+
+    @property
+    def position(self) -> int:
+        return self._pos
+
+    async def aclose(self) -> None:
+        """Stop listening; the last listener to leave early cancels the upstream."""
+        if not self._closed:
+            self._closed = True
+            await self._flight.leave_early(self)
+
+    def __del__(self) -> None:
+        if not self._closed:  # dropped without aclose(): a caller's bug, but never a leak
+            self._flight.dropped(self.ref)
+
+
+class LeaderView(FlightView):
+    """The leader's view: while the leader is alone (inline), iterating it reads the upstream.
+
+    The read is written out here rather than in a helper coroutine: every event, and every
+    wait of the upstream's, would pass through one more frame.
+    """
+
+    __slots__ = ()
+
+    async def __anext__(self) -> Event:
+        flight = self._flight
+        if not flight.inline or flight.done or self._closed:
+            return await FlightView.__anext__(self)
+        flight.pulling = True
+        try:
+            event: Event | None = await flight.upstream().__anext__()
+        except StopAsyncIteration:
+            flight.finish(True)
+            event = None
+        except BaseException as exc:
+            await flight.end_pull(exc)  # re-raises a cancellation
+            event = None
+        finally:
+            flight.pulled()
+        if event is None:  # the end, or the upstream's error, as every view gets it
+            return await FlightView.__anext__(self)
+        flight.append(event)
+        self._pos += 1
+        return event
+
+
+class Flight:
+    """One upstream answer in progress and everything it produced so far."""
+
+    def __init__(
+        self,
+        owner: SingleFlight,
+        namespace: str,
+        key: str,
+        start: Start,
+        *,
+        max_bytes: int,
+        on_success: OnSuccess | None,
+        guard: CancelGuard | None,
+    ) -> None:
+        self.owner = owner
+        self.namespace = namespace
+        self.key = key
+        self.events: list[Event] = []
+        self.base = 0  # position of events[0] in the answer, once a prefix was dropped
+        # One future per waiting view (never shared: cancelling one waiter must not wake or
+        # cancel the others). Woken, and replaced, by each new event.
+        self._waiters: list[asyncio.Future[None]] = []
+        self.done = False
+        # Past the size limit: nobody may join, and what every listener read is dropped.
+        self.overflowed = False
+        self._nbytes = 0  # estimated encoded size (`codec.estimate_size`)
+        self._max_bytes = max_bytes
+        self._on_success = on_success
+        self._error: BaseException | None = None
+        self._error_tb: TracebackType | None = None
+        self._views: set[weakref.ref[FlightView]] = set()  # the views not closed yet
+        self._start = start
+        self._upstream: AsyncIterator[Event] | None = None
+        self._pump: asyncio.Task[None] | None = None
+        # Inline: the leader pulls in its own task, until a follower joins or without a guard.
+        self._guard = guard
+        self.inline = guard is not None
+        self.pulling = False
+        self._handover = False  # a follower joined during an inline pull
+        # The leader's task: it alone pulls inline.
+        self._leader = guard.task if guard is not None else None
+        if guard is not None:
+            guard.hold(self._may_cancel)
+
+    def view(self, *, leader: bool = False) -> FlightView:
+        view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
+        if self.inline and self._views:
+            # A follower: the upstream must outlive the leader now.
+            if self.pulling:
+                self._handover = True  # once the pull in progress is over
+            else:
+                self.start_pump()
+        self._views.add(view.ref)
+        return view
+
+    @property
+    def listeners(self) -> int:
+        return len(self._views)
+
+    def raise_error(self) -> None:
+        if self._error is not None:
+            # The same exception for every listener, each time with the upstream's traceback.
+            raise self._error.with_traceback(self._error_tb)
+
+    # -- listeners leaving ---------------------------------------------------------------
+
+    def leave(self, view: FlightView) -> None:
+        self._views.discard(view.ref)
+
+    async def leave_early(self, view: FlightView) -> None:
+        self._views.discard(view.ref)
+        if self._views or self.done:
+            return
+        self.owner.unshare(self)  # a new request must not join a dying flight
+        await self.cancel()
+
+    def dropped(self, ref: weakref.ref[FlightView]) -> None:
+        """A view was garbage-collected unclosed: if it was the last, end the upstream."""
+        self._views.discard(ref)
+        if self._views or self.done:
+            return
+        self.owner.unshare(self)
+        if self._pump is not None:
+            self._pump.cancel()
+            return
+        self._end_cancelled()
+        if self._upstream is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: nothing to close
+                asyncio.get_running_loop().create_task(_close(self._upstream))
+
+    async def cancel(self) -> None:
+        """Cancel the upstream and wait until its cleanup has run.
+
+        If the caller is cancelled while waiting, the pump still finishes cancelling. An
+        inline pull in progress (shutdown) is cancelled in its task, not waited for.
+        """
+        task = self._pump
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+        elif self.pulling and self._leader is not None:
+            self._leader.cancel()  # the pull ends the flight
+            return
+        if not self.done:  # no pump ran the upstream to its end: inline, or never started
+            upstream = self._upstream
+            self._end_cancelled()
+            if upstream is not None:
+                await _close(upstream)
+
+    def _end_cancelled(self) -> None:
+        if not self.done:
+            self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+            self.finish(False)
+
+    # -- pulling the upstream: the lone leader inline, else the pump ---------------------
+
+    def upstream(self) -> AsyncIterator[Event]:
+        upstream = self._upstream
+        if upstream is None:
+            upstream = self._upstream = self._start()
+        return upstream
+
+    def pulled(self) -> None:
+        """An inline read returned (or failed); a follower that joined meanwhile takes over."""
+        self.pulling = False
+        if self._handover and not self.done:
+            self.start_pump()
+
+    async def end_pull(self, exc: BaseException) -> None:
+        """An inline read failed, or the leader's task was cancelled during it."""
+        if isinstance(exc, Exception):
+            self._fail(exc)
+            await self._settle(False)
+            return
+        self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+        if isinstance(exc, GeneratorExit):  # the leader's coroutine is being closed: no await
+            self.finish(False)
+            raise exc
+        await self._settle(False)
+        raise exc
+
+    def _release_guard(self) -> None:
+        # Once a pump reads the upstream, or the flight is over, a disconnect of the
+        # leader's client is its own business again (a cancel deferred meanwhile lands now).
+        guard, self._guard = self._guard, None
+        if guard is not None:
+            guard.release()
+
+    def _may_cancel(self) -> bool:
+        """The leader's client left mid-pull: cut the upstream only if nobody else listens."""
+        if len(self._views) > 1:
+            return False
+        self.owner.unshare(self)
+        return True
+
+    async def _settle(self, ok: bool) -> None:
+        # An upstream that ended by itself has run its cleanup; one that failed or was cut
+        # off mid-way may hold a connection or a child process until closed.
+        if not ok and self._upstream is not None:
+            await _close(self._upstream)
+        self.finish(ok)
+
+    def start_pump(self) -> None:
+        """From now on a task of its own pulls the upstream."""
+        self.inline = False
+        self._pump = asyncio.get_running_loop().create_task(
+            self._run_pump(), name=f"olp-singleflight-{self.key[:12]}"
+        )
+        self._release_guard()
+
+    async def _run_pump(self) -> None:
+        ok = False
+        try:
+            if self._upstream is None:
+                self._upstream = self._start()
+            async for event in self._upstream:
+                self.append(event)
+            ok = True
+        except asyncio.CancelledError:
+            self._fail(ProviderError(Failure.UPSTREAM_ERROR, _CANCELLED))
+            raise
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            await self._settle(ok)
+
+    def append(self, event: Event) -> None:
+        self.events.append(event)
+        if not self.overflowed:
+            # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
+            size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
+            self._nbytes += size
+            if self._nbytes > self._max_bytes:
+                self._overflow()
+        if self._waiters:
+            self._wake()
+
+    def _overflow(self) -> None:
+        self.overflowed = True
+        self.owner.unshare(self)
+        log.info(
+            "singleflight_overflow",
+            namespace=self.namespace,
+            key=self.key,
+            max_bytes=self._max_bytes,
+        )
+
+    async def wait(self) -> None:
+        """Until the next event, or the end."""
+        waiter = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        await waiter
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            if not waiter.done():  # a cancelled waiter is simply skipped
+                waiter.set_result(None)
+
+    def trim(self) -> None:
+        positions = [v.position for r in self._views if (v := r()) is not None]
+        low = min(positions, default=self.base + len(self.events))
+        read = low - self.base
+        if read >= _TRIM_MIN and read >= len(self.events) // 2:
+            del self.events[:read]
+            self.base = low
+
+    def _fail(self, exc: BaseException) -> None:
+        self._error, self._error_tb = exc, exc.__traceback__
+
+    def finish(self, ok: bool) -> None:
+        if self.done:
+            return
+        if ok and not self.overflowed and self._on_success is not None:
+            try:
+                self._on_success(tuple(self.events))
+            except Exception as exc:  # a caching bug must not break the answer
+                log.error("singleflight_store_failed", error=repr(exc), exc_info=True)
+        self.owner.finished(self)
+        self.done = True
+        self._wake()
+        self._release_guard()
+
+
+async def _close(upstream: AsyncIterator[Event]) -> None:
+    aclose = getattr(upstream, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()
