@@ -118,6 +118,6 @@ class ChatRequest:
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
 
     def with_model(self, model: str) -> ChatRequest:
-        # Most chains send the requested model name on: `replace` rebuilds (and
-        # re-validates) every field, which costs more than everything else a hop does.
+        # Most chains send the requested model name on, and `replace` rebuilds every field
+        # of this frozen request: skip it when nothing changes.
         return self if model == self.model else replace(self, model=model)
