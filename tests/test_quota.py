@@ -7,12 +7,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from fakes.upstream import FakeUpstream, Status, Text
 from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer, olp_server, write_config
@@ -49,18 +47,6 @@ def config(
         # Identical requests would be answered from the cache: these tests count upstream calls.
         "cache": {"enabled": False},
     }
-
-
-@pytest.fixture
-def alpha() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
-
-
-@pytest.fixture
-def beta() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        yield up
 
 
 def ask(server: ThreadServer | ProcessServer) -> httpx.Response:

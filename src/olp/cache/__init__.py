@@ -1,8 +1,9 @@
 """Content-addressed response cache with per-key namespaces and streaming singleflight.
 
-The engine uses `ResponseCache.open_hop` per hop, with a key from `cache_key` (or
-`request_fingerprint` once per request + `hop_key` per hop) and the (lookup, store) flags
-from `cache_policy` and the provider's `cacheable`. See docs/cache.md.
+The engine uses `ResponseCache.find` and `ResponseCache.lead` per hop (`open_hop` is both
+in one call), with a key from `cache_key` (or `request_fingerprint` once per request +
+`hop_key` per hop) and the (lookup, store) flags from `cache_policy` and the provider's
+`cacheable`. See docs/cache.md.
 """
 
 from __future__ import annotations

@@ -115,14 +115,7 @@ class ResponseCache:
         self._counters: dict[str, _Counters] = {}
 
     async def open_hop(
-        self,
-        namespace: str,
-        key: str,
-        start: Start,
-        *,
-        lookup: bool = True,
-        store: bool = True,
-        guard: CancelGuard | None = None,
+        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
     ) -> CacheHop:
         """This hop's events: from the cache, a shared flight, or a new upstream call.
 
@@ -130,12 +123,12 @@ class ResponseCache:
         `lookup=False` (no-cache) never answers from the cache or joins another request,
         but still stores a complete answer; `store=False` (no-store, `cacheable: false`,
         Anthropic `cache_control` markers on an Anthropic hop) leaves the cache out.
-        `guard` is the caller's disconnect watch (see `SingleFlight.lead`).
+        The engine calls `find` and `lead` itself (a hop's gates run between them).
         """
         found = await self.find(namespace, key) if lookup and store else None
         if found is not None:
             return found
-        return self.lead(namespace, key, start, lookup=lookup, store=store, guard=guard)
+        return self.lead(namespace, key, start, lookup=lookup, store=store)
 
     async def find(self, namespace: str, key: str) -> CacheHop | None:
         """A stored answer (memory, then disk) or an identical call in flight; never starts one.
@@ -164,7 +157,11 @@ class ResponseCache:
         store: bool = True,
         guard: CancelGuard | None = None,
     ) -> CacheHop:
-        """Start this hop's upstream call (shared with later identical requests)."""
+        """Start this hop's upstream call (shared with later identical requests).
+
+        `guard` is the caller's disconnect watch: with it, a lone leader reads the upstream
+        in its own task (see `SingleFlight.lead`).
+        """
         counters = self._count(namespace)
         if not self.config.enabled or not store:
             counters.bypasses += 1
