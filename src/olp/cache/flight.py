@@ -106,21 +106,18 @@ class LeaderView(FlightView):
 
     async def __anext__(self) -> Event:
         flight = self._flight
-        if not flight.inline or flight.done or self._closed:
+        if not flight.inline:  # a pump reads the upstream, or the answer is complete
             return await FlightView.__anext__(self)
         flight.pulling = True
         try:
-            event: Event | None = await flight.upstream().__anext__()
-        except StopAsyncIteration:
-            flight.finish(True)
-            event = None
-        except BaseException as exc:
-            await flight.end_pull(exc)  # re-raises a cancellation
-            event = None
-        finally:
-            flight.pulled()
-        if event is None:  # the end, or the upstream's error, as every view gets it
-            return await FlightView.__anext__(self)
+            event: Event = await flight.pull()
+        except BaseException as exc:  # the end, an error, or a cancellation (re-raised)
+            flight.pulling = False
+            await flight.end_pull(exc)
+            return await FlightView.__anext__(self)  # as every view ends
+        flight.pulling = False
+        if flight.handover:
+            flight.start_pump()
         flight.append(event)
         self._pos += 1
         return event
@@ -128,6 +125,32 @@ class LeaderView(FlightView):
 
 class Flight:
     """One upstream answer in progress and everything it produced so far."""
+
+    __slots__ = (
+        "_error",
+        "_error_tb",
+        "_guard",
+        "_leader",
+        "_max_bytes",
+        "_nbytes",
+        "_on_success",
+        "_pump",
+        "_start",
+        "_upstream",
+        "_views",
+        "_waiters",
+        "base",
+        "done",
+        "events",
+        "handover",
+        "inline",
+        "key",
+        "namespace",
+        "overflowed",
+        "owner",
+        "pull",
+        "pulling",
+    )
 
     def __init__(
         self,
@@ -160,22 +183,25 @@ class Flight:
         self._start = start
         self._upstream: AsyncIterator[Event] | None = None
         self._pump: asyncio.Task[None] | None = None
-        # Inline: the leader pulls in its own task, until a follower joins or without a guard.
+        # Inline: the leader pulls in its own task, until a follower joins or the answer
+        # is complete; never without a guard.
         self._guard = guard
         self.inline = guard is not None
         self.pulling = False
-        self._handover = False  # a follower joined during an inline pull
+        self.handover = False  # a follower joined during an inline pull
         # The leader's task: it alone pulls inline.
         self._leader = guard.task if guard is not None else None
         if guard is not None:
             guard.hold(self._may_cancel)
+            upstream = self._upstream = start()
+            self.pull = upstream.__anext__  # the leader's read, one call per event
 
     def view(self, *, leader: bool = False) -> FlightView:
         view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
         if self.inline and self._views:
             # A follower: the upstream must outlive the leader now.
             if self.pulling:
-                self._handover = True  # once the pull in progress is over
+                self.handover = True  # once the pull in progress is over
             else:
                 self.start_pump()
         self._views.add(view.ref)
@@ -242,20 +268,11 @@ class Flight:
 
     # -- pulling the upstream: the lone leader inline, else the pump ---------------------
 
-    def upstream(self) -> AsyncIterator[Event]:
-        upstream = self._upstream
-        if upstream is None:
-            upstream = self._upstream = self._start()
-        return upstream
-
-    def pulled(self) -> None:
-        """An inline read returned (or failed); a follower that joined meanwhile takes over."""
-        self.pulling = False
-        if self._handover and not self.done:
-            self.start_pump()
-
     async def end_pull(self, exc: BaseException) -> None:
-        """An inline read failed, or the leader's task was cancelled during it."""
+        """An inline read ended the answer, failed, or was cancelled with the leader's task."""
+        if type(exc) is StopAsyncIteration:
+            self.finish(True)
+            return
         if isinstance(exc, Exception):
             self._fail(exc)
             await self._settle(False)
@@ -366,7 +383,9 @@ class Flight:
                 log.error("singleflight_store_failed", error=repr(exc), exc_info=True)
         self.owner.finished(self)
         self.done = True
-        self._wake()
+        self.inline = False
+        if self._waiters:
+            self._wake()
         self._release_guard()
 
 

@@ -1,8 +1,12 @@
 """The in-memory store: per-namespace LRU with TTL, under a total memory budget.
 
-On its own it is the whole cache (no `$OLP_HOME`, or the disk is unusable); inside
-`SqliteStore` it is the hot front holding the most recently used answers. A lookup is two
-dict operations and a clock read.
+On its own it is the whole cache (no `$OLP_HOME`, or the disk is unusable). `SqliteStore`
+extends it: there this index also lists the entries whose events are only on disk, and
+the memory budget decides which answers stay in memory, not which entries exist.
+
+Each entry is in two orders: its namespace's (for `max_entries_per_key`) and, while its
+events are in memory, the global one (for the budget). A lookup is a dict get, two moves
+to the end and a clock read; a put evicts at most one entry per limit.
 """
 
 from __future__ import annotations
@@ -17,20 +21,40 @@ from olp.config import CacheConfig
 from olp.ir import Event
 from olp.observability import event_logger
 
-__all__ = ["DEFAULT_MEMORY_BYTES", "Clock", "MemoryStore", "memory_weight"]
+__all__ = ["DEFAULT_MEMORY_BYTES", "Clock", "Entry", "MemoryStore"]
 
 log = event_logger("olp.cache")
 
 Clock = Callable[[], float]
-# Bounds the answers held in memory across all namespaces (see `memory_weight`).
+# Bounds the answers held in memory across all namespaces (see `Entry.weight`).
 DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
 # Rough Python-object overhead of one decoded event beyond its encoded bytes.
 _EVENT_OVERHEAD = 120
 
 
-def memory_weight(answer: CachedAnswer) -> int:
-    """Approximate memory an entry holds: decoded events weigh more than their encoding."""
-    return answer.nbytes + _EVENT_OVERHEAD * len(answer.events)
+class Entry:
+    """One indexed answer; `answer` is None while its events are only on disk."""
+
+    __slots__ = ("answer", "created_at", "expires_at", "id", "key", "namespace", "nbytes", "weight")
+
+    def __init__(
+        self,
+        namespace: str,
+        key: str,
+        entry_id: int,
+        nbytes: int,
+        created_at: float,
+        expires_at: float,
+        answer: CachedAnswer | None,
+    ) -> None:
+        self.namespace = namespace
+        self.key = key
+        self.id = entry_id  # its row in the cache file (0 in a memory-only store)
+        self.nbytes = nbytes  # size of the encoded entry; what `max_entry_bytes` limits
+        self.created_at = created_at
+        self.expires_at = expires_at
+        self.answer = answer
+        self.weight = 0  # memory held while `answer` is loaded; set by `MemoryStore.load`
 
 
 class MemoryStore:
@@ -44,34 +68,50 @@ class MemoryStore:
         self._config = config
         self._clock = clock
         self._max_total = max_total_bytes
-        self._spaces: dict[str, OrderedDict[str, CachedAnswer]] = {}
-        # Global recency across namespaces, for the memory budget; value = weight.
-        self._lru: OrderedDict[tuple[str, str], int] = OrderedDict()
+        self._spaces: dict[str, OrderedDict[str, Entry]] = {}
+        # Entries whose events are in memory, least recently used first (keyed by identity).
+        self._loaded: OrderedDict[Entry, None] = OrderedDict()
         self._total = 0
 
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
+        entry = self.entry(namespace, key)
+        return None if entry is None else entry.answer
+
+    def entry(self, namespace: str, key: str) -> Entry | None:
+        """The live entry for (namespace, key), now the most recently used; None if none."""
         space = self._spaces.get(namespace)
         if space is None:
             return None
-        answer = space.get(key)
-        if answer is None:
+        entry = space.get(key)
+        if entry is None:
             return None
-        if answer.expires_at <= self._clock():
+        if entry.expires_at <= self._clock():
             self.delete(namespace, key)
             return None
         space.move_to_end(key)
-        self._lru.move_to_end((namespace, key))
-        return answer
+        if entry.answer is not None:
+            self._loaded.move_to_end(entry)
+        return entry
+
+    def indexed(self, namespace: str, key: str) -> Entry | None:
+        """The entry for (namespace, key) as it is: expired or not, order unchanged."""
+        space = self._spaces.get(namespace)
+        return None if space is None else space.get(key)
 
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
         return self.lookup(namespace, key)
 
     # -- writes --------------------------------------------------------------------------
 
-    def new_answer(self, events: Sequence[Event], body: bytes) -> CachedAnswer | None:
-        """Stamp an answer (`body` = its encoding) with size and expiry; None: do not cache."""
+    def put(self, namespace: str, key: str, events: Sequence[Event]) -> bool:
+        return self.new_entry(namespace, key, events, encode_events(events), 0) is not None
+
+    def new_entry(
+        self, namespace: str, key: str, events: Sequence[Event], body: bytes, entry_id: int
+    ) -> Entry | None:
+        """Index a fresh answer (`body` = its encoding) as the newest; None: not cached."""
         cfg = self._config
         if cfg.ttl_s <= 0:
             return None
@@ -80,59 +120,88 @@ class MemoryStore:
             log.info("cache_skip_oversize", nbytes=nbytes, max_entry_bytes=cfg.max_entry_bytes)
             return None
         now = self._clock()
-        return CachedAnswer(tuple(events), nbytes, now, now + cfg.ttl_s)
+        expires = now + cfg.ttl_s
+        answer = CachedAnswer(tuple(events), nbytes, now, expires)  # a tuple: no copy
+        entry = Entry(namespace, key, entry_id, nbytes, now, expires, None)
+        self.index(entry)
+        self.load(entry, answer)
+        return entry
 
-    def put(self, namespace: str, key: str, events: Sequence[Event]) -> bool:
-        answer = self.new_answer(events, encode_events(events))
-        if answer is None:
-            return False
-        self.insert(namespace, key, answer)
-        return True
-
-    def insert(self, namespace: str, key: str, answer: CachedAnswer) -> None:
-        """Hold `answer` (already stamped), evicting per-namespace and global LRU entries."""
-        weight = memory_weight(answer)
-        self.delete(namespace, key)
-        if weight > self._max_total:
-            return
-        space = self._spaces.get(namespace)
+    def index(self, entry: Entry) -> None:
+        """Make `entry` its key's entry, the namespace's newest; evict past the entry limit."""
+        space = self._spaces.get(entry.namespace)
         if space is None:
-            space = self._spaces[namespace] = OrderedDict()
-        space[key] = answer
-        self._lru[(namespace, key)] = weight
+            space = self._spaces[entry.namespace] = OrderedDict()
+        replaced = space.pop(entry.key, None)
+        if replaced is not None:
+            self._dropped(replaced)
+        space[entry.key] = entry
+        limit = self._config.max_entries_per_key
+        while len(space) > limit:
+            self._dropped(space.popitem(last=False)[1])
+
+    def load(self, entry: Entry, answer: CachedAnswer) -> None:
+        """Hold `entry`'s events in memory, unloading the least recently used past the budget."""
+        weight = answer.nbytes + _EVENT_OVERHEAD * len(answer.events)
+        if weight > self._max_total:
+            self._unload(entry)
+            return
+        entry.answer, entry.weight = answer, weight
+        self._loaded[entry] = None
         self._total += weight
-        while len(space) > self._config.max_entries_per_key:
-            self.delete(namespace, next(iter(space)))
         while self._total > self._max_total:
-            self.delete(*next(iter(self._lru)))
+            self._unload(next(iter(self._loaded)))
 
     def delete(self, namespace: str, key: str) -> bool:
         space = self._spaces.get(namespace)
-        if space is None or space.pop(key, None) is None:
+        entry = None if space is None else space.pop(key, None)
+        if entry is None:
             return False
-        self._total -= self._lru.pop((namespace, key))
         if not space:
             del self._spaces[namespace]
+        self._dropped(entry)
         return True
 
     def clear(self, namespace: str | None = None) -> int:
         names = list(self._spaces) if namespace is None else [namespace]
         dropped = 0
         for name in names:
-            for key in list(self._spaces.get(name, ())):
-                dropped += self.delete(name, key)
+            space = self._spaces.pop(name, None)
+            if space is not None:
+                dropped += len(space)
+                for entry in space.values():
+                    self._free(entry)
         return dropped
+
+    def _dropped(self, entry: Entry) -> None:
+        """`entry` left the index (replaced, evicted, expired, deleted)."""
+        self._free(entry)
+
+    def _unload(self, entry: Entry) -> None:
+        """Over the memory budget: with no disk behind it, the entry goes altogether."""
+        self.delete(entry.namespace, entry.key)
+
+    def _free(self, entry: Entry) -> None:
+        """Let go of `entry`'s events, if they are in memory."""
+        if entry.answer is not None:
+            entry.answer = None
+            del self._loaded[entry]
+            self._total -= entry.weight
 
     # -- bookkeeping ---------------------------------------------------------------------
 
     def stats(self, namespace: str | None = None) -> StoreStats:
         names = list(self._spaces) if namespace is None else [namespace]
-        self._purge_expired(names)
+        now = self._clock()
         entries = total = 0
         for name in names:
-            for answer in self._spaces.get(name, {}).values():
-                entries += 1
-                total += answer.nbytes
+            space = self._spaces.get(name)
+            if space is None:
+                continue
+            for key in [k for k, e in space.items() if e.expires_at <= now]:
+                self.delete(name, key)  # expired entries are dropped lazily: count none
+            entries += len(space)
+            total += sum(e.nbytes for e in space.values())
         return StoreStats(entries, total)
 
     def namespaces(self) -> list[str]:
@@ -144,12 +213,3 @@ class MemoryStore:
 
     async def aclose(self) -> None:
         return None
-
-    def _purge_expired(self, names: list[str]) -> None:
-        now = self._clock()
-        for name in names:
-            space = self._spaces.get(name)
-            if space is None:
-                continue
-            for key in [k for k, a in space.items() if a.expires_at <= now]:
-                self.delete(name, key)

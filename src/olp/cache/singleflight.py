@@ -39,6 +39,8 @@ Rules, each one a trap other gateways fell into:
 
 from __future__ import annotations
 
+from collections import Counter
+
 from olp.cache.flight import CancelGuard, Flight, FlightView, OnSuccess, Start
 
 __all__ = ["CancelGuard", "Flight", "FlightView", "OnSuccess", "SingleFlight", "Start"]
@@ -51,7 +53,7 @@ class SingleFlight:
         self._max_bytes = max_buffer_bytes
         self._table: dict[tuple[str, str], Flight] = {}
         # Every flight not finished yet, shared or not, for stats and shutdown.
-        self._running: dict[str, set[Flight]] = {}
+        self._running: dict[Flight, None] = {}
 
     def join(self, namespace: str, key: str) -> FlightView | None:
         """A follower's view of the flight in progress for (namespace, key), if any."""
@@ -87,10 +89,7 @@ class SingleFlight:
         view = flight.view(leader=guard is not None)
         if share and (namespace, key) not in self._table:
             self._table[(namespace, key)] = flight
-        running = self._running.get(namespace)
-        if running is None:
-            running = self._running[namespace] = set()
-        running.add(flight)
+        self._running[flight] = None
         if guard is None:
             flight.start_pump()
         return view
@@ -117,23 +116,21 @@ class SingleFlight:
 
     def finished(self, flight: Flight) -> None:
         """Forget `flight` entirely; idempotent."""
-        self.unshare(flight)
-        running = self._running.get(flight.namespace)
-        if running is not None:
-            running.discard(flight)
-            if not running:
-                del self._running[flight.namespace]
+        at = (flight.namespace, flight.key)
+        if self._table.get(at) is flight:
+            del self._table[at]
+        self._running.pop(flight, None)
 
     def in_flight(self, namespace: str | None = None) -> int:
-        if namespace is not None:
-            return len(self._running.get(namespace, ()))
-        return sum(len(flights) for flights in self._running.values())
+        if namespace is None:
+            return len(self._running)
+        return sum(1 for flight in self._running if flight.namespace == namespace)
 
     def in_flight_by_namespace(self) -> dict[str, int]:
-        return {ns: len(flights) for ns, flights in self._running.items()}
+        return dict(Counter(flight.namespace for flight in self._running))
 
     async def aclose(self) -> None:
         """Cancel every flight still running (shutdown); their listeners get an error."""
-        flights = [f for running in self._running.values() for f in running]
+        flights = list(self._running)
         for flight in flights:
             await flight.cancel()

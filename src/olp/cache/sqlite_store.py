@@ -1,14 +1,14 @@
 """The persistent store: `$OLP_HOME/cache.db` behind an in-memory front.
 
 What lives where:
-- the **index** (namespace -> key -> size and expiry, in LRU order) is in memory, loaded
-  at start: it enforces the per-namespace limits and answers "is there an entry?" without
-  the disk, so a miss never waits for SQLite;
-- the **front** (`MemoryStore`) holds the bodies of recently used entries: a hit there is
-  the hot path and costs a few microseconds;
-- the **file** holds every body. It is read only when the index has an entry the front
-  does not (after a restart, or once the front evicted it), in one reader thread, never on
-  the event loop; it is written only by the writer thread (`DiskWriter`).
+- the **index** (namespace -> key -> entry, in LRU order; `MemoryStore`'s) lists every
+  entry, loaded at start: it enforces the per-namespace limits and answers "is there an
+  entry?" without the disk, so a miss never waits for SQLite;
+- the **events** of recently used entries are in memory too, within the memory budget: a
+  hit there is the hot path and costs a few microseconds;
+- the **file** holds every body. It is read only for an entry whose events are not in
+  memory (after a restart, or once the budget unloaded them), in one reader thread, never
+  on the event loop; it is written only by the writer thread (`DiskWriter`).
 
 Recency (`used_at`, for LRU after a restart) is recorded in memory and handed to the
 writer in batches, so a hit costs no thread wake-up.
@@ -20,10 +20,9 @@ import asyncio
 import sqlite3
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 from olp.cache._disk import (
     DiskWriter,
@@ -34,8 +33,8 @@ from olp.cache._disk import (
     open_reader,
 )
 from olp.cache.codec import decode_events, encode_events
-from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
-from olp.cache.store import CachedAnswer, StoreStats
+from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, Entry, MemoryStore
+from olp.cache.store import CachedAnswer
 from olp.config import CacheConfig
 from olp.ir import Event
 from olp.observability import event_logger
@@ -48,17 +47,12 @@ log = event_logger("olp.cache")
 _TOUCH_BATCH = 512
 
 
-class _Meta(NamedTuple):  # a tuple: built on every miss, and a frozen dataclass costs 3x
-    id: int  # the entry's row in the file
-    nbytes: int
-    created_at: float
-    expires_at: float
-
-
 _Read = tuple[bool, tuple[Event, ...] | None]  # (row found, decoded events or None)
 
 
-class SqliteStore:
+class SqliteStore(MemoryStore):
+    """A `MemoryStore` whose entries are also in a file, and whose index outlives the budget."""
+
     def __init__(
         self,
         path: Path,
@@ -67,11 +61,8 @@ class SqliteStore:
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
+        super().__init__(config, clock, max_total_bytes=memory_bytes)
         self.path = path
-        self._config = config
-        self._clock = clock
-        self._front = MemoryStore(config, clock, max_total_bytes=memory_bytes)
-        self._index: dict[str, OrderedDict[str, _Meta]] = {}
         self._next_id = 1
         self._touched: dict[int, float] = {}  # entry id -> used_at, not yet written
         self._reads: dict[tuple[str, str], asyncio.Future[_Read]] = {}
@@ -90,7 +81,7 @@ class SqliteStore:
             # Damage that the integrity check at open did not see: serve from memory.
             log.warning("cache_file_unavailable", path=str(path), error=repr(exc))
             conn.close()
-            self._index.clear()
+            self._spaces.clear()
             return
         self._writer = DiskWriter(conn)
         self._reader = ThreadPoolExecutor(1, thread_name_prefix="olp-cache-reader")
@@ -103,41 +94,33 @@ class SqliteStore:
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
-        answer = self._front.lookup(namespace, key)
-        if answer is not None:
-            self._touch(namespace, key)
-        return answer
+        entry = self.entry(namespace, key)
+        if entry is None or entry.answer is None:
+            return None
+        self._touch(entry)
+        return entry.answer
 
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
-        answer = self.lookup(namespace, key)
-        if answer is not None or self._reader is None:
-            return answer
-        meta = self._live_meta(namespace, key)
-        if meta is None:
+        entry = self.entry(namespace, key)
+        if entry is None:
             return None
-        found, events = await self._read(namespace, key, meta.id)
-        if self._meta(namespace, key) is not meta:
-            # Deleted, cleared or replaced while we read: the front has any newer answer.
+        if entry.answer is not None or self._reader is None:
+            self._touch(entry)
+            return entry.answer
+        found, events = await self._read(namespace, key, entry.id)
+        if self.indexed(namespace, key) is not entry:
+            # Deleted, cleared or replaced while we read: memory has any newer answer.
             return self.lookup(namespace, key)
         if events is None:
             if found:  # written by another codec version, or damaged: drop it
                 self.delete(namespace, key)
             return None
-        answer = CachedAnswer(events, meta.nbytes, meta.created_at, meta.expires_at)
-        self._front.insert(namespace, key, answer)
-        self._touch(namespace, key)
+        answer = entry.answer
+        if answer is None:  # (else another read loaded it meanwhile)
+            answer = CachedAnswer(events, entry.nbytes, entry.created_at, entry.expires_at)
+            self.load(entry, answer)  # if the budget allows
+        self._touch(entry)
         return answer
-
-    def _meta(self, namespace: str, key: str) -> _Meta | None:
-        space = self._index.get(namespace)
-        return None if space is None else space.get(key)
-
-    def _live_meta(self, namespace: str, key: str) -> _Meta | None:
-        meta = self._meta(namespace, key)
-        if meta is not None and meta.expires_at <= self._clock():
-            self.delete(namespace, key)
-            return None
-        return meta
 
     async def _read(self, namespace: str, key: str, entry_id: int) -> _Read:
         # Concurrent misses on one entry share one disk read.
@@ -169,76 +152,43 @@ class SqliteStore:
 
     def put(self, namespace: str, key: str, events: Sequence[Event]) -> bool:
         body = encode_events(events)
-        answer = self._front.new_answer(events, body)
-        if answer is None:
+        entry = self.new_entry(namespace, key, events, body, self._next_id)
+        if entry is None:
             return False
-        self._front.insert(namespace, key, answer)
-        entry_id = self._next_id
         self._next_id += 1
-        meta = _Meta(entry_id, answer.nbytes, answer.created_at, answer.expires_at)
-        replaced = self._index_put(namespace, key, meta)
         if self._writer is not None:
-            self._flush_touches()
+            if self._touched:
+                self._flush_touches()
             self._writer.put(
-                (entry_id, namespace, key, meta.nbytes, meta.created_at, meta.expires_at,
-                 meta.created_at, body)
+                (entry.id, namespace, key, entry.nbytes, entry.created_at, entry.expires_at,
+                 entry.created_at, body)
             )  # fmt: skip
-            if replaced is not None:
-                self._drop_row(replaced.id)
         return True
-
-    def delete(self, namespace: str, key: str) -> bool:
-        self._front.delete(namespace, key)
-        space = self._index.get(namespace)
-        meta = None if space is None else space.pop(key, None)
-        if meta is None:
-            return False
-        if not space:
-            del self._index[namespace]
-        self._drop_row(meta.id)
-        return True
-
-    def _drop_row(self, entry_id: int) -> None:
-        self._touched.pop(entry_id, None)
-        if self._writer is not None:
-            self._writer.delete(entry_id)
 
     def clear(self, namespace: str | None = None) -> int:
-        self._front.clear(namespace)
+        dropped = super().clear(namespace)  # in memory; the file in one statement
         if namespace is None:
-            dropped = sum(len(space) for space in self._index.values())
-            self._index.clear()
-            self._touched.clear()
-        else:
-            gone: Mapping[str, _Meta] = self._index.pop(namespace, {})
-            dropped = len(gone)
-            for meta in gone.values():
-                self._touched.pop(meta.id, None)
+            self._touched.clear()  # (a namespace's touches are harmless: no row to update)
         if self._writer is not None:
             self._writer.clear(namespace)
         return dropped
 
-    def _index_put(self, namespace: str, key: str, meta: _Meta) -> _Meta | None:
-        """Index `meta` as the newest entry; returns the entry it replaced, if any."""
-        space = self._index.get(namespace)
-        if space is None:
-            space = self._index[namespace] = OrderedDict()
-        replaced = space.pop(key, None)
-        space[key] = meta
-        while len(space) > self._config.max_entries_per_key:
-            self.delete(namespace, next(iter(space)))
-        return replaced
-
-    def _touch(self, namespace: str, key: str) -> None:
-        space = self._index.get(namespace)
-        meta = None if space is None else space.get(key)
-        if space is None or meta is None:
-            return
-        space.move_to_end(key)
+    def _dropped(self, entry: Entry) -> None:
+        self._free(entry)
+        self._touched.pop(entry.id, None)
         if self._writer is not None:
-            self._touched[meta.id] = self._clock()
-            if len(self._touched) >= _TOUCH_BATCH:
-                self._flush_touches()
+            self._writer.delete(entry.id)
+
+    def _unload(self, entry: Entry) -> None:
+        # Over the memory budget: the events stay on disk, the entry in the index.
+        self._free(entry)
+
+    def _touch(self, entry: Entry) -> None:
+        if self._writer is None:
+            return
+        self._touched[entry.id] = self._clock()
+        if len(self._touched) >= _TOUCH_BATCH:
+            self._flush_touches()
 
     def _flush_touches(self) -> None:
         if self._touched and self._writer is not None:
@@ -258,14 +208,14 @@ class SqliteStore:
             if expires <= now or row.nbytes > cfg.max_entry_bytes:
                 stale.append(row.id)
                 continue
-            space = self._index.setdefault(row.namespace, OrderedDict())
-            meta = _Meta(row.id, row.nbytes, row.created_at, expires)
+            space = self._spaces.setdefault(row.namespace, OrderedDict())
+            entry = Entry(row.namespace, row.key, row.id, row.nbytes, row.created_at, expires, None)
             twin = space.pop(row.key, None)
             if twin is not None:
                 # A replaced entry whose delete did not reach the file: keep the newer row.
-                older, meta = (meta, twin) if twin.id > meta.id else (twin, meta)
+                older, entry = (entry, twin) if twin.id > entry.id else (twin, entry)
                 stale.append(older.id)
-            space[row.key] = meta
+            space[row.key] = entry
             if len(space) > cfg.max_entries_per_key:
                 stale.append(space.popitem(last=False)[1].id)
         delete_rows(conn, stale)
@@ -291,29 +241,6 @@ class SqliteStore:
         parts = (self._writer, self._reader, self._reader_conn)
         self._writer, self._reader, self._reader_conn = None, None, None
         return parts
-
-    # -- bookkeeping ---------------------------------------------------------------------
-
-    def stats(self, namespace: str | None = None) -> StoreStats:
-        now = self._clock()
-        names = list(self._index) if namespace is None else [namespace]
-        for name in names:  # expired entries are dropped lazily; do not count them
-            space = self._index.get(name)
-            if space is None:
-                continue
-            for key in [k for k, m in space.items() if m.expires_at <= now]:
-                self.delete(name, key)
-        spaces = [self._index[name] for name in names if name in self._index]
-        return StoreStats(
-            sum(len(s) for s in spaces), sum(m.nbytes for s in spaces for m in s.values())
-        )
-
-    def namespaces(self) -> list[str]:
-        return sorted(self._index)
-
-    @property
-    def memory_bytes(self) -> int:
-        return self._front.memory_bytes
 
 
 def _release(
