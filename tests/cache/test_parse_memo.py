@@ -15,10 +15,17 @@ def body(text: str, **extra: object) -> bytes:
     return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra})
 
 
-def test_a_repeated_body_is_recalled_not_parsed_again() -> None:
+def parse_and_keep(memo: ParseMemo, raw: bytes) -> tuple[object, bytes]:
+    """What the chat handler does for a request answered from the cache."""
+    parsed = memo.parse(raw)
+    memo.keep(raw, parsed)
+    return parsed
+
+
+def test_a_kept_body_is_recalled_not_parsed_again() -> None:
     memo = ParseMemo()
     raw = body("hi", temperature=0.2)
-    first = memo.parse(raw)
+    first = parse_and_keep(memo, raw)
     again = memo.parse(bytes(raw))  # equal bytes, another object: as from the socket
     assert again is first
     request, fingerprint = first
@@ -26,18 +33,36 @@ def test_a_repeated_body_is_recalled_not_parsed_again() -> None:
     assert fingerprint == request_fingerprint(request)
 
 
+def test_a_body_not_kept_is_parsed_every_time() -> None:
+    memo = ParseMemo()
+    raw = body("once")
+    first = memo.parse(raw)
+    assert memo.parse(raw) is not first
+    assert memo.parse(raw) == first
+    assert len(memo) == 0
+
+
+def test_keeping_a_kept_body_again_changes_nothing() -> None:
+    memo = ParseMemo()
+    raw = body("twice")
+    first = parse_and_keep(memo, raw)
+    memo.keep(raw, memo.parse(raw))
+    assert len(memo) == 1
+    assert memo.parse(raw) is first
+
+
 def test_different_bodies_are_different_entries() -> None:
     memo = ParseMemo()
-    a, b = memo.parse(body("a")), memo.parse(body("b"))
+    a, b = parse_and_keep(memo, body("a")), parse_and_keep(memo, body("b"))
     assert a[1] != b[1]
     assert len(memo) == 2
 
 
 def test_oldest_entries_leave_first() -> None:
     memo = ParseMemo(entries=3)
-    first = memo.parse(body("0"))
+    first = parse_and_keep(memo, body("0"))
     for i in range(1, 4):
-        memo.parse(body(str(i)))
+        parse_and_keep(memo, body(str(i)))
     assert len(memo) == 3
     assert memo.parse(body("0")) is not first  # evicted, parsed afresh
     assert memo.parse(body("3")) is memo.parse(body("3"))
@@ -45,7 +70,7 @@ def test_oldest_entries_leave_first() -> None:
 
 def test_large_bodies_are_not_kept() -> None:
     memo = ParseMemo(max_body_bytes=100)
-    memo.parse(body("x" * 200))
+    parse_and_keep(memo, body("x" * 200))
     assert len(memo) == 0
 
 
@@ -61,6 +86,6 @@ def test_the_bodies_kept_stay_under_the_byte_budget() -> None:
     memo = ParseMemo(max_body_bytes=1000, max_total_bytes=1000)
     bodies = [body(str(i) * 300) for i in range(10)]  # each about 350 bytes
     for raw in bodies:
-        memo.parse(raw)
+        parse_and_keep(memo, raw)
     assert len(memo) == 2  # 3 would be over 1000 bytes
     assert memo.parse(bodies[-1]) is memo.parse(bodies[-1])  # the newest are the ones kept

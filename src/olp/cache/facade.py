@@ -75,10 +75,14 @@ def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
 
 def is_complete(events: Sequence[Event]) -> bool:
     """A complete, successful answer: some content, and a final `Finish` worth keeping."""
-    finish = next((e for e in reversed(events) if isinstance(e, Finish)), None)
-    if finish is None or finish.reason not in _CACHEABLE_FINISH:
+    for event in reversed(events):  # (a loop, not a generator: this runs on every miss)
+        if isinstance(event, Finish):
+            if event.reason not in _CACHEABLE_FINISH:
+                return False
+            break
+    else:
         return False
-    return any(is_content(e) for e in events)
+    return any(is_content(event) for event in events)
 
 
 @dataclass(slots=True)

@@ -111,7 +111,13 @@ class LeaderView(FlightView):
         flight.pulling = True
         try:
             event: Event = await flight.pull()
-        except BaseException as exc:  # the end, an error, or a cancellation (re-raised)
+        except StopAsyncIteration:
+            flight.pulling = False
+            flight.finish(True)
+            self._closed = True
+            flight.leave(self)
+            raise
+        except BaseException as exc:  # an error, or a cancellation (re-raised)
             flight.pulling = False
             await flight.end_pull(exc)
             return await FlightView.__anext__(self)  # as every view ends
@@ -269,10 +275,7 @@ class Flight:
     # -- pulling the upstream: the lone leader inline, else the pump ---------------------
 
     async def end_pull(self, exc: BaseException) -> None:
-        """An inline read ended the answer, failed, or was cancelled with the leader's task."""
-        if type(exc) is StopAsyncIteration:
-            self.finish(True)
-            return
+        """An inline read failed, or was cancelled with the leader's task."""
         if isinstance(exc, Exception):
             self._fail(exc)
             await self._settle(False)

@@ -6,10 +6,11 @@ when the IR gains a field nobody classified. Two requests with the same key must
 the same answer: when in doubt a field is included, because a spurious miss costs one
 upstream call while a spurious hit returns a wrong answer.
 
-The encoding is one JSON document (orjson, sorted keys, explicit field names), which is
-unambiguous — no two different requests encode to the same bytes — and independent of
-hash seeds, dict insertion order and locale. Sampling floats are normalised (`1` and `1.0`,
-`0.0` and `-0.0` are the same temperature) and written with `repr`, which is exact.
+The encoding is one JSON document (orjson, sorted keys, explicit field names; the nested
+IR classes as orjson writes dataclasses, every field by name), which is unambiguous — no
+two different requests encode to the same bytes — and independent of hash seeds, dict
+insertion order and locale. Sampling floats are normalised (`1` and `1.0`, `0.0` and
+`-0.0` are the same temperature) and written with `repr`, which is exact.
 
 Per hop the key is `sha256(header || fingerprint)`, where the header names the schema
 version, provider and hop model, and the fingerprint hashes the request's canonical bytes.
@@ -28,7 +29,6 @@ import orjson
 
 from olp.ir import (
     ChatRequest,
-    ContentPart,
     ImagePart,
     Message,
     NamedToolChoice,
@@ -36,7 +36,6 @@ from olp.ir import (
     TextPart,
     Tool,
     ToolCall,
-    ToolChoice,
 )
 
 __all__ = [
@@ -52,7 +51,7 @@ __all__ = [
 
 # Bump whenever the encoding below changes meaning: old entries then simply stop matching
 # (and age out by TTL and LRU) instead of answering requests they were not made for.
-KEY_SCHEMA = 1
+KEY_SCHEMA = 2
 
 INCLUDED: Mapping[type, frozenset[str]] = {
     ChatRequest: frozenset(
@@ -123,68 +122,33 @@ def request_fingerprint(request: ChatRequest) -> bytes:
 # Pure, and asked on every hit: a repeated request's key is one dict lookup away.
 @functools.lru_cache(maxsize=4096)
 def hop_key(provider: str, model: str, fingerprint: bytes) -> str:
-    header = orjson.dumps(("olp-cache-key", KEY_SCHEMA, provider, model))
-    return hashlib.sha256(header + fingerprint).hexdigest()
+    return hashlib.sha256(_hop_header(provider, model) + fingerprint).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _hop_header(provider: str, model: str) -> bytes:
+    return orjson.dumps(("olp-cache-key", KEY_SCHEMA, provider, model))
 
 
 def canonical_request(request: ChatRequest) -> bytes:
     """The canonical bytes of every INCLUDED field of `request` (hop-independent)."""
     doc = {
-        "messages": [_message(m) for m in request.messages],
-        "tools": [_tool(t) for t in request.tools],
-        "tool_choice": _tool_choice(request.tool_choice),
+        # The nested classes go in whole: orjson writes a dataclass as an object of all its
+        # fields by name, in definition order, in C (a test holds their EXCLUDED sets empty).
+        # Content parts are told apart by their field names ({"text"} vs {"url","detail"}).
+        "messages": request.messages,
+        "tools": request.tools,
+        "tool_choice": request.tool_choice,
         "parallel_tool_calls": request.parallel_tool_calls,
-        "response_format": _response_format(request.response_format),
+        "response_format": request.response_format,
         "temperature": _number(request.temperature),
         "top_p": _number(request.top_p),
         "max_tokens": request.max_tokens,
-        "stop": list(request.stop),
+        "stop": request.stop,
         "seed": request.seed,
-        "extra": _extra(request.extra),
+        "extra": _extra(request.extra) if request.extra else {},
     }
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=_json_default)
-
-
-def _message(m: Message) -> dict[str, Any]:
-    content: Any = m.content
-    if isinstance(content, tuple):
-        content = [_part(p) for p in content]
-    return {
-        "role": m.role,
-        "content": content,
-        "name": m.name,
-        "tool_calls": [
-            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in m.tool_calls
-        ],
-        "tool_call_id": m.tool_call_id,
-    }
-
-
-def _part(part: ContentPart) -> dict[str, Any]:
-    if isinstance(part, TextPart):
-        return {"type": "text", "text": part.text}
-    return {"type": "image", "url": part.url, "detail": part.detail}
-
-
-def _tool(t: Tool) -> dict[str, Any]:
-    return {
-        "name": t.name,
-        "description": t.description,
-        "parameters": t.parameters,
-        "strict": t.strict,
-    }
-
-
-def _tool_choice(choice: ToolChoice | None) -> Any:
-    if isinstance(choice, NamedToolChoice):
-        return {"function": choice.name}
-    return choice
-
-
-def _response_format(fmt: ResponseFormat | None) -> Any:
-    if fmt is None:
-        return None
-    return {"type": fmt.type, "json_schema": fmt.json_schema}
 
 
 def _number(value: float | None) -> str | None:

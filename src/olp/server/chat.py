@@ -97,6 +97,8 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
             await _stream(ex, chain, request, scope)
         else:
             await _complete(ex, chain, request, scope)
+        if ex.meta.cache == "hit" and fingerprint is not None:
+            ctx.parse_memo.keep(body, (request, fingerprint))  # it may well come again
     except OLPError as err:
         await ex.fail(err)
     except ClientGone:

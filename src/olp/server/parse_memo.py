@@ -3,8 +3,12 @@
 A cache hit is, by definition, a request seen before, and usually byte for byte: the same
 client sending the same conversation. Parsing it again into the IR and hashing its
 canonical form (`request_fingerprint`) was the biggest part of answering a hit. With the
-cache on, the last few hundred bodies map straight to their parsed request and
-fingerprint; a dict lookup on the body bytes replaces both.
+cache on, the last few hundred bodies that were answered from the cache map straight to
+their parsed request and fingerprint; a dict lookup on the body bytes replaces both.
+
+Only bodies that hit are kept (`keep`, after the answer): a body that missed is usually
+never sent again, and keeping every one would cost each miss an insert and an eviction,
+and push the repeated bodies out.
 
 Only with the cache on: without it, identical bodies are rare in real traffic, and this
 would only flatter a benchmark that repeats one request. `ChatRequest` is immutable, so
@@ -23,7 +27,7 @@ ParsedBody = tuple[ChatRequest, bytes]  # (request, request_fingerprint(request)
 
 
 class ParseMemo:
-    """Body bytes → (request, fingerprint), for the last `entries` distinct small bodies.
+    """Body bytes → (request, fingerprint), for the last `entries` small bodies kept.
 
     Oldest-first eviction, and a hit does not reorder: a hit costs one hash of the body
     and one dict lookup. Bodies over `max_body_bytes` are parsed every time (hashing a
@@ -51,13 +55,13 @@ class ParseMemo:
         if parsed is not None:
             return parsed
         request = parse_chat_request(body)
-        parsed = (request, request_fingerprint(request))
-        if len(body) <= self._max_body_bytes:
-            self._keep(body, parsed)
-        return parsed
+        return request, request_fingerprint(request)
 
-    def _keep(self, body: bytes, parsed: ParsedBody) -> None:
+    def keep(self, body: bytes, parsed: ParsedBody) -> None:
+        """Remember `body` (it was answered from the cache), unless it is kept already."""
         memo = self._memo
+        if len(body) > self._max_body_bytes or body in memo:
+            return
         self._total += len(body)
         while memo and (len(memo) >= self._entries or self._total > self._max_total_bytes):
             oldest = next(iter(memo))
