@@ -143,13 +143,14 @@ class ResponseCache:
         if not self.config.enabled:
             return None
         counters = self._count(namespace)
-        hop = self._lookup(namespace, key, counters)
-        if hop is None:
-            answer = await self.store.get(namespace, key)
-            hop = self._replay(answer.events, counters) if answer is not None else None
-        if hop is None:  # re-check: a flight may have started during the disk read
-            hop = self._follow(namespace, key, counters)
-        return hop
+        store = self.store
+        answer = store.lookup(namespace, key)
+        if answer is None and store.on_disk(namespace, key):
+            answer = await store.get(namespace, key)
+        if answer is not None:
+            return self._replay(answer.events, counters)
+        # (After the disk read, if any: a flight may have started meanwhile.)
+        return self._follow(namespace, key, counters)
 
     def lead(
         self,
@@ -163,6 +164,8 @@ class ResponseCache:
     ) -> CacheHop:
         """Start this hop's upstream call (shared with later identical requests).
 
+        Call it right after `find` found nothing, with no await in between: then no
+        identical flight can have started meanwhile, and this one is not a duplicate.
         `guard` is the caller's disconnect watch: with it, a lone leader reads the upstream
         in its own task (see `SingleFlight.lead`).
         """
@@ -170,11 +173,6 @@ class ResponseCache:
         if not self.config.enabled or not store:
             counters.bypasses += 1
             return CacheHop("bypass", "direct", start())
-        if lookup:
-            # No await since `find`: a flight that started meanwhile is joined, not doubled.
-            joined = self._follow(namespace, key, counters)
-            if joined is not None:
-                return joined
         write = partial(self._write, namespace, key)
         view = self._flights.lead(namespace, key, start, on_success=write, guard=guard)
         if lookup:
@@ -182,12 +180,6 @@ class ResponseCache:
             return CacheHop("miss", "leader", view)
         counters.bypasses += 1
         return CacheHop("bypass", "leader", view)
-
-    def _lookup(self, namespace: str, key: str, counters: _Counters) -> CacheHop | None:
-        answer = self.store.lookup(namespace, key)
-        if answer is not None:
-            return self._replay(answer.events, counters)
-        return self._follow(namespace, key, counters)
 
     def _follow(self, namespace: str, key: str, counters: _Counters) -> CacheHop | None:
         view = self._flights.join(namespace, key)

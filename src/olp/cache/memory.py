@@ -100,6 +100,9 @@ class MemoryStore:
         space = self._spaces.get(namespace)
         return None if space is None else space.get(key)
 
+    def on_disk(self, namespace: str, key: str) -> bool:
+        return False  # (no disk: an entry unloaded for the budget is gone)
+
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
         return self.lookup(namespace, key)
 

@@ -100,6 +100,10 @@ class SqliteStore(MemoryStore):
         self._touch(entry)
         return entry.answer
 
+    def on_disk(self, namespace: str, key: str) -> bool:
+        entry = self.indexed(namespace, key)
+        return entry is not None and entry.answer is None and self._reader is not None
+
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
         entry = self.entry(namespace, key)
         if entry is None:

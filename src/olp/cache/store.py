@@ -42,6 +42,9 @@ class Store(Protocol):
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
         """A live entry held in memory, or None. Never touches the disk."""
 
+    def on_disk(self, namespace: str, key: str) -> bool:
+        """An entry exists whose events are not in memory: only `get` can answer it."""
+
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
         """A live entry from memory or, on a memory miss, from the disk."""
 
