@@ -20,7 +20,13 @@ class KeyLimits:
     usd_month: float | None = None  # API-equivalent USD per calendar month (UTC)
 
     def any(self) -> bool:
-        return any(v is not None for v in (self.rpm, self.rpd, self.tpd, self.usd_month))
+        # Asked on every request: no generator for four fields.
+        return (
+            self.rpm is not None
+            or self.rpd is not None
+            or self.tpd is not None
+            or self.usd_month is not None
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,6 +141,8 @@ class LimitKeeper:
             return
         now = self._clock()
         counters = self._counters(identity.key_id, now)
+        if _has_room(counters, limits, now):
+            return
         reached = [
             r
             for r in (
@@ -198,6 +200,16 @@ class LimitKeeper:
             counters = self._keys[key_id] = _Counters()
         counters.roll(now)
         return counters
+
+
+def _has_room(counters: _Counters, limits: KeyLimits, now: float) -> bool:
+    """No limit reached: the usual answer, without a call per limit (as `_rpm`... below)."""
+    return (
+        (limits.rpm is None or counters.in_window(now) < limits.rpm)
+        and (limits.rpd is None or counters.requests < limits.rpd)
+        and (limits.tpd is None or counters.tokens < limits.tpd)
+        and (limits.usd_month is None or counters.usd < limits.usd_month)
+    )
 
 
 # Each returns None (room left) or (seconds until there is room, message).

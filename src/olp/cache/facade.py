@@ -56,6 +56,11 @@ class CacheHop:
     # A replay's whole answer, in hand: callers may use it instead of iterating `events`.
     stored: tuple[Event, ...] | None = None
 
+    @property
+    def upstream(self) -> bool:
+        """This request's own call to the provider (not a replay, not someone else's)."""
+        return self.role == "leader" or self.role == "direct"
+
 
 def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
     """(lookup, store) for a request's `Cache-Control` header (DESIGN §7).

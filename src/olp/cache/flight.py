@@ -115,7 +115,7 @@ class LeaderView(FlightView):
             flight.pulling = False
             flight.finish(True)
             self._closed = True
-            flight.leave(self)
+            flight.views.discard(self.ref)  # (`leave`, written out)
             raise
         except BaseException as exc:  # an error, or a cancellation (re-raised)
             flight.pulling = False
@@ -143,7 +143,6 @@ class Flight:
         "_pump",
         "_start",
         "_upstream",
-        "_views",
         "_waiters",
         "base",
         "done",
@@ -156,6 +155,7 @@ class Flight:
         "owner",
         "pull",
         "pulling",
+        "views",
     )
 
     def __init__(
@@ -185,7 +185,7 @@ class Flight:
         self._on_success = on_success
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
-        self._views: set[weakref.ref[FlightView]] = set()  # the views not closed yet
+        self.views: set[weakref.ref[FlightView]] = set()  # the views not closed yet
         self._start = start
         self._upstream: AsyncIterator[Event] | None = None
         self._pump: asyncio.Task[None] | None = None
@@ -204,18 +204,18 @@ class Flight:
 
     def view(self, *, leader: bool = False) -> FlightView:
         view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
-        if self.inline and self._views:
+        if self.inline and self.views:
             # A follower: the upstream must outlive the leader now.
             if self.pulling:
                 self.handover = True  # once the pull in progress is over
             else:
                 self.start_pump()
-        self._views.add(view.ref)
+        self.views.add(view.ref)
         return view
 
     @property
     def listeners(self) -> int:
-        return len(self._views)
+        return len(self.views)
 
     def raise_error(self) -> None:
         if self._error is not None:
@@ -225,19 +225,19 @@ class Flight:
     # -- listeners leaving ---------------------------------------------------------------
 
     def leave(self, view: FlightView) -> None:
-        self._views.discard(view.ref)
+        self.views.discard(view.ref)
 
     async def leave_early(self, view: FlightView) -> None:
-        self._views.discard(view.ref)
-        if self._views or self.done:
+        self.views.discard(view.ref)
+        if self.views or self.done:
             return
         self.owner.unshare(self)  # a new request must not join a dying flight
         await self.cancel()
 
     def dropped(self, ref: weakref.ref[FlightView]) -> None:
         """A view was garbage-collected unclosed: if it was the last, end the upstream."""
-        self._views.discard(ref)
-        if self._views or self.done:
+        self.views.discard(ref)
+        if self.views or self.done:
             return
         self.owner.unshare(self)
         if self._pump is not None:
@@ -296,7 +296,7 @@ class Flight:
 
     def _may_cancel(self) -> bool:
         """The leader's client left mid-pull: cut the upstream only if nobody else listens."""
-        if len(self._views) > 1:
+        if len(self.views) > 1:
             return False
         self.owner.unshare(self)
         return True
@@ -366,7 +366,7 @@ class Flight:
                 waiter.set_result(None)
 
     def trim(self) -> None:
-        positions = [v.position for r in self._views if (v := r()) is not None]
+        positions = [v.position for r in self.views if (v := r()) is not None]
         low = min(positions, default=self.base + len(self.events))
         read = low - self.base
         if read >= _TRIM_MIN and read >= len(self.events) // 2:

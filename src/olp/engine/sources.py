@@ -7,9 +7,9 @@ costs it nothing) and `start` after them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from olp.cache import CacheOutcome, CancelGuard, HopRole, ResponseCache, hop_key
+from olp.cache import CacheHop, CancelGuard, ResponseCache, hop_key
 from olp.engine.routing import Hop
 from olp.ir import ChatRequest, Event
 from olp.providers.base import HopContext
@@ -17,7 +17,7 @@ from olp.providers.base import HopContext
 __all__ = ["CacheScope", "HopSource", "find_cached", "start"]
 
 
-# Not frozen: one of each is built per request, and a frozen dataclass costs ~3x to build.
+# Not frozen: one is built per request, and a frozen dataclass costs ~3x to build.
 @dataclass(slots=True)
 class CacheScope:
     """One request's view of the cache (DESIGN §7)."""
@@ -31,8 +31,6 @@ class CacheScope:
     prompt_cache_markers: bool = False
     # The request's disconnect watch: lets a lone leader pull its upstream in its own task.
     guard: CancelGuard | None = None
-    # Each hop's key, computed once: a miss asks for it in `find_cached` and in `start`.
-    _keys: dict[tuple[str, str], str] = field(default_factory=dict, compare=False, repr=False)
 
     def stores(self, hop: Hop) -> bool:
         caps = hop.provider.capabilities
@@ -41,33 +39,19 @@ class CacheScope:
         return self.store and caps.cacheable
 
     def key(self, hop: Hop) -> str:
-        at = (hop.name, hop.model)
-        key = self._keys.get(at)
-        if key is None:
-            key = self._keys[at] = hop_key(hop.name, hop.model, self.fingerprint)
-        return key
+        # Asked in `find_cached` and again in `start`: the second time, hop_key's own
+        # cache answers.
+        return hop_key(hop.name, hop.model, self.fingerprint)
 
 
-@dataclass(slots=True)
-class HopSource:
-    events: AsyncIterator[Event]
-    cache: CacheOutcome
-    role: HopRole  # stored | leader | follower | direct
-    stored: tuple[Event, ...] | None = None  # a replay's whole answer, in hand
-
-    @property
-    def upstream(self) -> bool:
-        """This request's own call to the provider (not a replay, not someone else's)."""
-        return self.role in ("leader", "direct")
+# What a hop's events come from, and who pays for them: the cache's own answer type.
+HopSource = CacheHop
 
 
 async def find_cached(hop: Hop, scope: CacheScope | None) -> HopSource | None:
     if scope is None or not scope.lookup or not scope.stores(hop):
         return None
-    found = await scope.cache.find(scope.namespace, scope.key(hop))
-    if found is None:
-        return None
-    return HopSource(found.events, found.outcome, found.role, found.stored)
+    return await scope.cache.find(scope.namespace, scope.key(hop))
 
 
 def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | None) -> HopSource:
@@ -76,8 +60,8 @@ def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | N
         return hop.provider.stream(request.with_model(hop.model), ctx)
 
     if scope is None:
-        return HopSource(call(), "bypass", "direct")
-    opened = scope.cache.lead(
+        return CacheHop("bypass", "direct", call())
+    return scope.cache.lead(
         scope.namespace,
         scope.key(hop),
         call,
@@ -85,4 +69,3 @@ def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | N
         store=scope.stores(hop),
         guard=scope.guard,
     )
-    return HopSource(opened.events, opened.outcome, opened.role)

@@ -304,7 +304,7 @@ def _note_served(ex: _Exchange, served: Served) -> None:
     meta.model = served.hop.model
     meta.hops = served.hop.index
     meta.failures = served.failures
-    meta.cache = served.source.cache
+    meta.cache = served.source.outcome
 
 
 def _completion_id(ex: _Exchange) -> str:
