@@ -181,13 +181,25 @@ def delete_rows(conn: sqlite3.Connection, ids: list[int]) -> None:
         conn.executemany("DELETE FROM entries WHERE id = ?", [(i,) for i in ids])
 
 
-# A write to apply (a tuple whose first item names it, see `DiskWriter`); a threading.Event
-# to set once everything before it is applied; or None to stop the thread.
-Op = tuple[object, ...] | threading.Event | None
 # id, namespace, key, nbytes, created_at, expires_at, used_at, body
 Row = tuple[int, str, str, int, float, float, float, bytes]
 
-_PUT, _DELETE, _CLEAR, _TOUCH = 0, 1, 2, 3
+
+@dataclass(frozen=True, slots=True)
+class _Clear:
+    namespace: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Touch:
+    rows: list[tuple[float, int]]  # (used_at, id)
+
+
+# What the writer's deque holds, told apart by type so that a put or a delete (nearly
+# every op) is queued bare, with no wrapper to build: a Row is a put, an int the id of a
+# row to delete; a threading.Event is set once everything before it is applied; None
+# stops the thread.
+Op = Row | int | _Clear | _Touch | threading.Event | None
 # The writer lets writes gather for this long (a flush or close cuts it short) and applies
 # them all in one transaction: a COMMIT costs as much as a few hundred small writes, and
 # under load a miss is an insert plus an eviction.
@@ -220,17 +232,17 @@ class DiskWriter:
         self._thread.start()
 
     def put(self, row: Row) -> None:
-        self._ops.append((_PUT, row))
+        self._ops.append(row)
 
     def delete(self, entry_id: int) -> None:
-        self._ops.append((_DELETE, entry_id))
+        self._ops.append(entry_id)
 
     def clear(self, namespace: str | None) -> None:
-        self._ops.append((_CLEAR, namespace))
+        self._ops.append(_Clear(namespace))
 
     def touch(self, rows: list[tuple[float, int]]) -> None:
         """(used_at, id) pairs."""
-        self._ops.append((_TOUCH, rows))
+        self._ops.append(_Touch(rows))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Block until everything enqueued so far is on disk (or `timeout` passed)."""
@@ -264,22 +276,23 @@ class DiskWriter:
 
     def _apply(self, batch: list[Op]) -> bool:
         """Apply one batch in one transaction; True when the thread must stop."""
-        writes = [op for op in batch if isinstance(op, tuple)]
-        if writes:
-            try:
-                self._conn.execute("BEGIN")
-                _write(self._conn, writes)
-                self._conn.execute("COMMIT")
-            except Exception as exc:
-                # A full disk or a file damaged under us: the cache loses these writes, no more.
-                log.warning("cache_write_failed", error=repr(exc), ops=len(writes))
-                with contextlib.suppress(sqlite3.Error):
-                    if self._conn.in_transaction:
-                        self._conn.execute("ROLLBACK")
+        try:
+            self._conn.execute("BEGIN")
+            _write(self._conn, batch)
+            self._conn.execute("COMMIT")
+        except Exception as exc:
+            # A full disk or a file damaged under us: the cache loses these writes, no more.
+            log.warning("cache_write_failed", error=repr(exc), ops=len(batch))
+            with contextlib.suppress(sqlite3.Error):
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+        stop = False
         for op in batch:
-            if isinstance(op, threading.Event):
+            if type(op) is threading.Event:
                 op.set()
-        return any(op is None for op in batch)
+            elif op is None:
+                stop = True
+        return stop
 
 
 _INSERT_MANY = (
@@ -290,37 +303,35 @@ _DELETE_MANY = "DELETE FROM entries WHERE id IN ("
 _TOUCH_SQL = "UPDATE entries SET used_at = ? WHERE id = ?"
 
 
-def _write(conn: sqlite3.Connection, writes: list[tuple[object, ...]]) -> None:
-    """Apply `writes` in order; a put deleted in the same batch is never written."""
-    deleted = {op[1] for op in writes if op[0] == _DELETE}
+def _write(conn: sqlite3.Connection, batch: list[Op]) -> None:
+    """Apply `batch` in order; a put deleted in the same batch is never written."""
     # Puts and deletes are of distinct ids (a put's id is new), so they commute: each run
     # between two clears or touches goes to two multi-row statements (one step, one GIL
     # hand-off, per few hundred rows). A clear or touch keeps its place.
     puts: list[Row] = []
-    deletes: list[tuple[object]] = []
+    deletes: list[int] = []
 
     def drain() -> None:
         if deletes:
-            execute_rows(conn, _DELETE_MANY, deletes, tail=")")
+            gone = set(deletes)
+            puts[:] = [row for row in puts if row[0] not in gone]
+            execute_rows(conn, _DELETE_MANY, [(i,) for i in deletes], tail=")")
             deletes.clear()
         if puts:
             execute_rows(conn, _INSERT_MANY, puts)
             puts.clear()
 
-    for op in writes:
-        kind = op[0]
-        if kind == _PUT:
-            row: Row = op[1]  # type: ignore[assignment]
-            if row[0] not in deleted:
-                puts.append(row)
-        elif kind == _DELETE:
-            deletes.append((op[1],))
-        else:
+    for op in batch:
+        if type(op) is tuple:
+            puts.append(op)
+        elif type(op) is int:
+            deletes.append(op)
+        elif type(op) is _Clear:
             drain()
-            if kind == _CLEAR:
-                _clear(op[1], conn)  # type: ignore[arg-type]
-            else:
-                conn.executemany(_TOUCH_SQL, op[1])  # type: ignore[arg-type]
+            _clear(op.namespace, conn)
+        elif type(op) is _Touch:
+            drain()
+            conn.executemany(_TOUCH_SQL, op.rows)
     drain()
 
 
