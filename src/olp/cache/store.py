@@ -1,12 +1,13 @@
 """What every cache store offers, whatever it keeps its entries in.
 
-Two implementations: `MemoryStore` (a bounded LRU in this process; also the hot front of
-the other) and `SqliteStore` (`$OLP_HOME/cache.db` behind that front, surviving restarts).
+Two implementations: `MemoryStore` (a bounded LRU in this process) and `SqliteStore`, a
+`MemoryStore` whose entries are also in `$OLP_HOME/cache.db` and survive restarts.
 Entries live in namespaces (one per OLP key): a namespace never sees another's entries,
 and each has its own entry limit and LRU order.
 
 `lookup` is the hot path: memory only, synchronous, microseconds. `get` may also read the
-disk (in a worker thread, never on the event loop). Writes never block the caller.
+disk (in a worker thread, never on the event loop); `on_disk` says whether it would.
+Writes never block the caller.
 """
 
 from __future__ import annotations
