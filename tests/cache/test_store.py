@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections.abc import Iterator
@@ -432,6 +433,11 @@ def test_a_file_of_the_previous_layout_is_migrated_with_its_entries_and_lru_orde
     conn.close()
     store = reopen(path)
     assert [(ns, key) for _, ns, key in _disk_rows(path)] == [("ns", "a"), ("ns", "c"), ("ns", "b")]
+    with contextlib.closing(sqlite3.connect(path)) as check:
+        indexes = check.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'entries'"
+        ).fetchall()
+    assert indexes == []  # no second B-tree to write on every insert and eviction
     store.put("ns", "d", answer("d"))  # evicts a, the least recently used
 
     async def main() -> None:
