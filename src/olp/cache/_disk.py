@@ -311,13 +311,12 @@ def _write(conn: sqlite3.Connection, batch: list[Op]) -> None:
     # Puts and deletes are of distinct ids (a put's id is new), so they commute: each run
     # between two clears or touches goes to two multi-row statements (one step, one GIL
     # hand-off, per few hundred rows). A clear or touch keeps its place.
+    gone = {op for op in batch if type(op) is int}
     puts: list[Row] = []
     deletes: list[int] = []
 
     def drain() -> None:
         if deletes:
-            gone = set(deletes)
-            puts[:] = [row for row in puts if row[0] not in gone]
             execute_rows(conn, _DELETE_MANY, [(i,) for i in deletes], tail=")")
             deletes.clear()
         if puts:
@@ -326,7 +325,8 @@ def _write(conn: sqlite3.Connection, batch: list[Op]) -> None:
 
     for op in batch:
         if type(op) is tuple:
-            puts.append(op)
+            if op[0] not in gone:
+                puts.append(op)
         elif type(op) is int:
             deletes.append(op)
         elif type(op) is _Clear:
