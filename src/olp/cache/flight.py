@@ -198,9 +198,11 @@ class Flight:
         # The leader's task: it alone pulls inline.
         self._leader = guard.task if guard is not None else None
         if guard is not None:
-            guard.hold(self._may_cancel)
+            # (As with the cache off, `start` runs now: it only builds the provider's
+            # stream, and if it raises, nothing is held yet.)
             upstream = self._upstream = start()
             self.pull = upstream.__anext__  # the leader's read, one call per event
+            guard.hold(self._may_cancel)
 
     def view(self, *, leader: bool = False) -> FlightView:
         view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
@@ -212,10 +214,6 @@ class Flight:
                 self.start_pump()
         self.views.add(view.ref)
         return view
-
-    @property
-    def listeners(self) -> int:
-        return len(self.views)
 
     def raise_error(self) -> None:
         if self._error is not None:
