@@ -1,4 +1,4 @@
-"""The persistent store: `$OLP_HOME/cache.db` behind an in-memory front.
+"""The persistent store: `$OLP_HOME/cache.db` behind the in-memory index of `MemoryStore`.
 
 What lives where:
 - the **index** (namespace -> key -> entry, in LRU order; `MemoryStore`'s) lists every
