@@ -20,10 +20,12 @@ from olp.storage import DatabaseError
 
 __all__ = [
     "GROUPINGS",
+    "CacheOutcomes",
     "ErrorEvent",
     "FallbackEvent",
     "GroupBy",
     "UsageRow",
+    "cache_outcomes",
     "connect_reader",
     "iso",
     "limit_seeds",
@@ -152,6 +154,30 @@ def usage_report(conn: sqlite3.Connection, since: float, by: GroupBy, now: float
         "rows": [r.as_dict(by) for r in rows],
         "totals": total(rows).as_dict(None),
     }
+
+
+@dataclass(frozen=True, slots=True)
+class CacheOutcomes:
+    """One key's answered requests (status < 400) by what the cache did for them."""
+
+    key_id: str  # also the key's cache namespace
+    key_name: str
+    hits: int
+    misses: int  # answered by the upstream after a lookup (alone or shared in flight)
+    bypasses: int  # no-cache, no-store, `cacheable: false`, or the cache off
+
+
+def cache_outcomes(conn: sqlite3.Connection, since: float) -> list[CacheOutcomes]:
+    """Per key, from `since` on. Refused and failed requests are left out: the cache
+    never answered them, and a refusal never even looked."""
+    rows = _query(
+        conn,
+        "SELECT key_id, MAX(key_name), SUM(cache = 'hit'), SUM(cache = 'miss'), "
+        "SUM(cache = 'bypass') FROM ledger_requests WHERE ts >= ? AND status < 400 "
+        "GROUP BY key_id ORDER BY key_id",
+        (since,),
+    )
+    return [CacheOutcomes(str(key), str(name or ""), *map(_num, rest)) for key, name, *rest in rows]
 
 
 # Refused before `LimitKeeper.on_request` counted them: not part of a key's allowance.

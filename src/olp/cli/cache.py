@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import click
 import orjson
 
+from olp.accounts.ledger_rows import LEDGER_FILE
+from olp.accounts.usage_query import CacheOutcomes, cache_outcomes, iso, parse_since
 from olp.cache.control import disk_stats, request_clear
-from olp.cli.common import fail, load_or_exit
+from olp.cli.common import fail, load_or_exit, read_ledger
 from olp.errors import OLPError
 
 __all__ = ["cache"]
@@ -14,33 +19,97 @@ __all__ = ["cache"]
 
 @click.group()
 def cache() -> None:
-    """Look at or clear OLP's response cache ($OLP_HOME/cache.db).
-
-    Hit and miss counters live in the running server: GET /cache/stats with an owner key.
-    """
+    """Look at or clear OLP's response cache ($OLP_HOME/cache.db)."""
 
 
 @cache.command()
+@click.option(
+    "--since",
+    default="7d",
+    show_default=True,
+    help="Count hits and misses from this time on: a duration (30m, 24h, 7d, 2w), "
+    "'today', or a UTC date or time (2026-11-01).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-def stats(as_json: bool) -> None:
-    """Entries and bytes stored, per namespace (one namespace per OLP key).
+def stats(since: str, as_json: bool) -> None:
+    """Stored answers per namespace (one per OLP key), and each key's hit rate.
+
+    Entries and bytes are what the cache file holds now. Hits, misses and bypasses
+    count the key's answered requests since --since, from the usage ledger, so they
+    survive restarts; the hit rate is hits / (hits + misses). For the running server's
+    own counters since it started, in-flight calls included, see GET /cache/stats.
 
     \b
-    Example:
+    Examples:
       olp cache stats
+      olp cache stats --since today --json
     """
     config = load_or_exit(detect_local_servers=False)
+    now = time.time()
     try:
-        figures = disk_stats(config.home)
+        start = parse_since(since, now)
+    except ValueError as exc:
+        fail(f"--since: {exc}")
+    try:
+        stored = disk_stats(config.home)
     except OLPError as exc:
         fail(exc.message)
+    ledger = config.home / LEDGER_FILE
+    outcomes = read_ledger(ledger, lambda c: cache_outcomes(c, start)) if ledger.exists() else []
+    figures = _figures(stored, outcomes, start)
     if as_json:
         click.echo(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
-        return
-    click.echo(f"{'namespace':<24} {'entries':>8} {'bytes':>12}")
-    for namespace, row in figures["namespaces"].items():
-        click.echo(f"{namespace:<24} {row['entries']:>8} {row['bytes']:>12}")
-    click.echo(f"{'total':<24} {figures['entries']:>8} {figures['bytes']:>12}")
+    else:
+        click.echo(_table(figures))
+
+
+_COUNTS = ("hits", "misses", "bypasses")
+
+
+def _figures(stored: dict[str, Any], outcomes: list[CacheOutcomes], since: float) -> dict[str, Any]:
+    """The file's entries and bytes beside the ledger's counts, per namespace and in all."""
+    per: dict[str, dict[str, Any]] = {}
+    for namespace, row in stored["namespaces"].items():
+        per[namespace] = {"name": "", **row, **dict.fromkeys(_COUNTS, 0)}
+    for o in outcomes:
+        row = per.setdefault(o.key_id, {"name": "", "entries": 0, "bytes": 0})
+        row.update(name=o.key_name, hits=o.hits, misses=o.misses, bypasses=o.bypasses)
+    totals = {name: sum(row[name] for row in per.values()) for name in _COUNTS}
+    for row in per.values():
+        row["hit_rate"] = _rate(row["hits"], row["misses"])
+    return {
+        "since": iso(since),
+        "entries": stored["entries"],
+        "bytes": stored["bytes"],
+        **totals,
+        "hit_rate": _rate(totals["hits"], totals["misses"]),
+        "namespaces": dict(sorted(per.items())),
+    }
+
+
+def _rate(hits: int, misses: int) -> float | None:
+    return round(hits / (hits + misses), 4) if hits + misses else None
+
+
+def _table(figures: dict[str, Any]) -> str:
+    def line(namespace: str, row: dict[str, Any]) -> str:
+        rate = "-" if row["hit_rate"] is None else f"{row['hit_rate']:.0%}"
+        return (
+            f"{namespace:<16} {row['name'][:14]:<14} {row['entries']:>8} {row['bytes']:>12} "
+            f"{row['hits']:>8} {row['misses']:>8} {row['bypasses']:>8} {rate:>8}"
+        )
+
+    head = (
+        f"{'namespace':<16} {'name':<14} {'entries':>8} {'bytes':>12} "
+        f"{'hits':>8} {'misses':>8} {'bypassed':>8} {'hit rate':>8}"
+    )
+    rows = [line(ns, row) for ns, row in figures["namespaces"].items()]
+    total = line("total", {**figures, "name": ""})
+    note = (
+        f"entries and bytes: the cache file now; hits, misses and bypasses: answered "
+        f"requests since {figures['since']} (the usage ledger)"
+    )
+    return "\n".join([head, *rows, total, "", note])
 
 
 @cache.command()

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import sqlite3
 import sys
-from typing import NoReturn
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn, TypeVar
 
 import click
 
+from olp.accounts.ledger_rows import MIGRATIONS
 from olp.config import Config, load_config
 from olp.errors import ConfigError
+from olp.storage import DatabaseError, open_database
 
-__all__ = ["fail", "load_or_exit"]
+__all__ = ["fail", "load_or_exit", "read_ledger"]
+
+T = TypeVar("T")
 
 
 def fail(message: str, *, hint: str | None = None, code: int = 2) -> NoReturn:
@@ -25,3 +32,16 @@ def load_or_exit(*, detect_local_servers: bool = True) -> Config:
         return load_config(detect_local_servers=detect_local_servers)
     except ConfigError as exc:
         fail(str(exc), hint="fix the file, then run `olp config check`")
+
+
+def read_ledger(path: Path, read: Callable[[sqlite3.Connection], T]) -> T:
+    """`read` run on the usage ledger at `path`, which exists; a damaged or locked file
+    ends the command with its message (exit 1)."""
+    try:
+        conn = open_database(path, MIGRATIONS)
+        try:
+            return read(conn)
+        finally:
+            conn.close()
+    except DatabaseError as exc:
+        fail(str(exc), code=1)

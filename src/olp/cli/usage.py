@@ -7,13 +7,12 @@ import io
 import os
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
 import orjson
 
-from olp.accounts.ledger_rows import LEDGER_FILE, MIGRATIONS
+from olp.accounts.ledger_rows import LEDGER_FILE
 from olp.accounts.usage_query import (
     GROUPINGS,
     GroupBy,
@@ -23,9 +22,8 @@ from olp.accounts.usage_query import (
     total,
     usage_report,
 )
-from olp.cli.common import fail
+from olp.cli.common import fail, read_ledger
 from olp.config import olp_home
-from olp.storage import DatabaseError, open_database
 
 __all__ = ["usage"]
 
@@ -87,24 +85,13 @@ def usage(since: str, by: GroupBy, fmt: str) -> None:
             return
         report = _empty_report(start, by, now)
     else:
-        report = _read(path, start, by, now)
+        report = read_ledger(path, lambda conn: usage_report(conn, start, by, now))
     if fmt == "json":
         click.echo(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode())
     elif fmt == "csv":
         click.echo(_csv(report), nl=False)
     else:
         click.echo(_table(report))
-
-
-def _read(path: Path, start: float, by: GroupBy, now: float) -> dict[str, Any]:
-    try:
-        conn = open_database(path, MIGRATIONS)
-        try:
-            return usage_report(conn, start, by, now)
-        finally:
-            conn.close()
-    except DatabaseError as exc:
-        fail(str(exc), code=1)
 
 
 def _csv(report: dict[str, Any]) -> str:
