@@ -189,6 +189,20 @@ def test_last_used_is_written_by_the_server(home: Path, upstream: FakeUpstream) 
     assert by_name["idle"]["last_used"] is None
 
 
+def test_a_revoked_key_keeps_its_last_use(home: Path, upstream: FakeUpstream) -> None:
+    # Whether a leaked key was used matters most once it is revoked.
+    with ProcessServer(home) as server:
+        key = new_key(home, "--name", "leaked")
+        client = Client(server.base_url, key)
+        assert client.chat().status_code == 200
+        assert olp_keys(home, "revoke", "leaked").returncode == 0  # before the 30 s batch
+        assert client.chat().status_code == 401
+    listed = json.loads(olp_keys(home, "list", "--json").stdout)["keys"]
+    (leaked,) = [k for k in listed if k["name"] == "leaked"]
+    assert leaked["revoked_at"] is not None
+    assert leaked["last_used"] is not None and leaked["last_used"] <= leaked["revoked_at"]
+
+
 def test_damaged_key_file_stops_olp_start_with_a_clear_message(home: Path) -> None:
     db = keys_db_path(home)
     db.write_bytes(b"SQLite format 3\x00" + b"garbage" * 100)

@@ -263,13 +263,15 @@ class KeyStore:
     def touch(self, last_used: Mapping[str, float]) -> None:
         """Record when keys were last used (batched by the server, off the hot path).
 
-        A revoked key is never touched, so a revocation cannot be undone by a late batch.
+        A key revoked since its use was collected still gets it: whether a leaked key was
+        used matters most once it is revoked. Only `last_used` changes, so a late batch
+        cannot undo the revocation.
         """
         if not last_used:
             return
         with self._write():
             self._conn.executemany(
-                "UPDATE keys SET last_used = ? WHERE id = ? AND revoked_at IS NULL "
+                "UPDATE keys SET last_used = ? WHERE id = ? "
                 "AND (last_used IS NULL OR last_used < ?)",
                 [(ts, key_id, ts) for key_id, ts in last_used.items()],
             )
