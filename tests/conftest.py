@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
+
+from redis_fixtures import redis_or_skip
 
 from fakes.upstream import FakeUpstream
 
@@ -27,3 +30,15 @@ def alpha() -> Iterator[FakeUpstream]:
 def beta() -> Iterator[FakeUpstream]:
     with FakeUpstream() as up:
         yield up
+
+
+@pytest.fixture
+def redis_prefix() -> Iterator[str]:
+    """A key prefix of the test's own; every key under it is deleted afterwards."""
+    client = redis_or_skip()
+    name = f"olptest-{uuid.uuid4().hex[:12]}:"
+    yield name
+    keys = list(client.scan_iter(match=name + "*"))
+    if keys:
+        client.delete(*keys)
+    client.close()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AuthRequired",
+    "CacheUnavailable",
     "ChainFailed",
     "ConfigError",
     "Failure",
@@ -174,6 +175,14 @@ class NoProviderAvailable(OLPError):
     code = "no_provider_available"
     http_status = 503
     type = "provider_error"
+
+
+class CacheUnavailable(OLPError):
+    """The shared cache (Redis) did not answer an owner's request to change it."""
+
+    code = "cache_unavailable"
+    http_status = 503
+    type = "server_error"
 
 
 class ProviderError(OLPError):

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
+from olp.cache.redis_keys import MISSING_REDIS_PACKAGE
 from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import Store
 from olp.config import CacheConfig
+from olp.errors import OLPError
 from olp.ir import Event, Finish, is_content
 
 __all__ = [
@@ -114,12 +116,7 @@ class ResponseCache:
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
         self.config = config
-        self.store: Store
-        if config.enabled and home is not None:
-            path = home / CACHE_FILE
-            self.store = SqliteStore(path, config, clock, memory_bytes=memory_bytes)
-        else:
-            self.store = MemoryStore(config, clock, max_total_bytes=memory_bytes)
+        self.store = _store(config, home, clock, memory_bytes)
         self._flights = SingleFlight(max_buffer_bytes=config.max_entry_bytes)
         self._counters: dict[str, _Counters] = {}
 
@@ -224,7 +221,8 @@ class ResponseCache:
             **total,
             "hit_rate": _rate(total["hits"], total["misses"] + total["shared"]),
             "enabled": self.config.enabled,
-            "persistent": isinstance(self.store, SqliteStore) and self.store.persistent,
+            "persistent": self.store.persistent,
+            "store": self.store.kind,
             "namespaces": per,
         }
 
@@ -243,13 +241,37 @@ class ResponseCache:
         }
 
     def clear(self, namespace: str | None = None) -> int:
-        """Drop stored answers (counters stay); returns how many were dropped."""
+        """Drop stored answers here (counters stay); returns how many were dropped."""
         return self.store.clear(namespace)
+
+    async def aclear(self, namespace: str | None = None) -> int:
+        """Drop stored answers everywhere: a shared store too (raise CacheUnavailable)."""
+        return await self.store.aclear(namespace)
+
+    async def start(self) -> None:
+        """At server start: the store's background work (a shared store's writer and poll)."""
+        if self.config.enabled:
+            await self.store.start()
 
     async def aclose(self) -> None:
         """Cancel flights still running, then flush pending writes and close the file."""
         await self._flights.aclose()
         await self.store.aclose()
+
+
+def _store(config: CacheConfig, home: Path | None, clock: Clock, memory_bytes: int) -> Store:
+    if not config.enabled:
+        return MemoryStore(config, clock, max_total_bytes=memory_bytes)
+    if config.redis_url is not None:
+        try:
+            # Imported only here: the redis package is an extra (`olp[redis]`).
+            from olp.cache.redis_store import RedisStore
+        except ImportError as exc:
+            raise OLPError(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
+        return RedisStore(config.redis_url, config, clock, memory_bytes=memory_bytes)
+    if home is not None:
+        return SqliteStore(home / CACHE_FILE, config, clock, memory_bytes=memory_bytes)
+    return MemoryStore(config, clock, max_total_bytes=memory_bytes)
 
 
 def _rate(hits: int, others: int) -> float:

@@ -165,6 +165,9 @@ class MemoryStore:
         self._dropped(entry)
         return True
 
+    async def aclear(self, namespace: str | None = None) -> int:
+        return self.clear(namespace)
+
     def clear(self, namespace: str | None = None) -> int:
         names = list(self._spaces) if namespace is None else [namespace]
         dropped = 0
@@ -213,6 +216,17 @@ class MemoryStore:
     @property
     def memory_bytes(self) -> int:
         return self._total
+
+    @property
+    def persistent(self) -> bool:
+        return False
+
+    @property
+    def kind(self) -> str:
+        return "memory"
+
+    async def start(self) -> None:
+        return None
 
     async def aclose(self) -> None:
         return None

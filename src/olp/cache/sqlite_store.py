@@ -91,6 +91,10 @@ class SqliteStore(MemoryStore):
         """False when the file could not be used and this store lives in memory only."""
         return self._writer is not None
 
+    @property
+    def kind(self) -> str:
+        return "sqlite" if self.persistent else "memory"
+
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:

@@ -1,12 +1,14 @@
 """What every cache store offers, whatever it keeps its entries in.
 
-Two implementations: `MemoryStore` (a bounded LRU in this process) and `SqliteStore`, a
-`MemoryStore` whose entries are also in `$OLP_HOME/cache.db` and survive restarts.
+Three implementations: `MemoryStore` (a bounded LRU in this process); `SqliteStore`, a
+`MemoryStore` whose entries are also in `$OLP_HOME/cache.db` and survive restarts; and
+`RedisStore`, a `MemoryStore` in front of a Redis that several replicas share.
 Entries live in namespaces (one per OLP key): a namespace never sees another's entries,
 and each has its own entry limit and LRU order.
 
 `lookup` is the hot path: memory only, synchronous, microseconds. `get` may also read the
-disk (in a worker thread, never on the event loop); `on_disk` says whether it would.
+disk (in a worker thread, never on the event loop) or Redis; `on_disk` says whether it
+would.
 Writes never block the caller.
 """
 
@@ -57,9 +59,23 @@ class Store(Protocol):
     def clear(self, namespace: str | None = None) -> int:
         """Drop one namespace's entries, or all; returns how many were dropped."""
 
+    async def aclear(self, namespace: str | None = None) -> int:
+        """`clear`, and wait until a shared store has done it too."""
+
     def stats(self, namespace: str | None = None) -> StoreStats: ...
 
     def namespaces(self) -> list[str]: ...
+
+    @property
+    def persistent(self) -> bool:
+        """Answers outlive this process (a file, or Redis)."""
+
+    @property
+    def kind(self) -> str:
+        """Where answers are kept: memory, sqlite or redis."""
+
+    async def start(self) -> None:
+        """Begin background work that needs the event loop (once, at server start)."""
 
     async def aclose(self) -> None:
         """Flush pending writes and release files."""

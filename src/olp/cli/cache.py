@@ -11,6 +11,7 @@ import orjson
 from olp.accounts.ledger_rows import LEDGER_FILE
 from olp.accounts.usage_query import CacheOutcomes, cache_outcomes, iso, parse_since
 from olp.cache.control import disk_stats, request_clear
+from olp.cache.redis_keys import shared_clear, shared_stats
 from olp.cli.common import fail, load_or_exit, read_ledger
 from olp.errors import OLPError
 
@@ -19,7 +20,7 @@ __all__ = ["cache"]
 
 @click.group()
 def cache() -> None:
-    """Look at or clear OLP's response cache ($OLP_HOME/cache.db)."""
+    """Look at or clear OLP's response cache ($OLP_HOME/cache.db, or cache.redis_url)."""
 
 
 @cache.command()
@@ -34,10 +35,11 @@ def cache() -> None:
 def stats(since: str, as_json: bool) -> None:
     """Stored answers per namespace (one per OLP key), and each key's hit rate.
 
-    Entries and bytes are what the cache file holds now. Hits, misses and bypasses
-    count the key's answered requests since --since, from the usage ledger, so they
-    survive restarts; the hit rate is hits / (hits + misses). For the running server's
-    own counters since it started, in-flight calls included, see GET /cache/stats.
+    Entries and bytes are what the cache file (or the shared Redis) holds now. Hits,
+    misses and bypasses count the key's answered requests since --since, from the usage
+    ledger, so they survive restarts; the hit rate is hits / (hits + misses). For the
+    running server's own counters since it started, in-flight calls included, see
+    GET /cache/stats.
 
     \b
     Examples:
@@ -50,13 +52,17 @@ def stats(since: str, as_json: bool) -> None:
         start = parse_since(since, now)
     except ValueError as exc:
         fail(f"--since: {exc}")
+    shared = config.cache.redis_url
     try:
-        stored = disk_stats(config.home)
+        if shared is not None:
+            stored = shared_stats(shared, config.cache.redis_prefix)
+        else:
+            stored = disk_stats(config.home)
     except OLPError as exc:
         fail(exc.message)
     ledger = config.home / LEDGER_FILE
     outcomes = read_ledger(ledger, lambda c: cache_outcomes(c, start)) if ledger.exists() else []
-    figures = _figures(stored, outcomes, start)
+    figures = {"store": "redis" if shared else "sqlite", **_figures(stored, outcomes, start)}
     if as_json:
         click.echo(orjson.dumps(figures, option=orjson.OPT_INDENT_2).decode())
     else:
@@ -105,8 +111,9 @@ def _table(figures: dict[str, Any]) -> str:
     )
     rows = [line(ns, row) for ns, row in figures["namespaces"].items()]
     total = line("total", {**figures, "name": ""})
+    where = "the shared cache (Redis)" if figures["store"] == "redis" else "the cache file"
     note = (
-        f"entries and bytes: the cache file now; hits, misses and bypasses: answered "
+        f"entries and bytes: {where} now; hits, misses and bypasses: answered "
         f"requests since {figures['since']} (the usage ledger)"
     )
     return "\n".join([head, *rows, total, "", note])
@@ -121,8 +128,8 @@ def _table(figures: dict[str, Any]) -> str:
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def clear(namespace: str | None, yes: bool) -> None:
-    """Delete stored answers: one key's, or everyone's. A running server follows within
-    a second.
+    """Delete stored answers: one key's, or everyone's. A running server (every replica,
+    with a shared cache) follows within a second.
 
     \b
     Examples:
@@ -133,8 +140,12 @@ def clear(namespace: str | None, yes: bool) -> None:
     what = f"namespace {namespace}" if namespace else "every namespace"
     if not yes:
         click.confirm(f"Clear the cache of {what}?", abort=True)
+    shared = config.cache.redis_url
     try:
-        cleared = request_clear(config.home, namespace)
+        if shared is not None:
+            cleared = shared_clear(shared, config.cache.redis_prefix, namespace)
+        else:
+            cleared = request_clear(config.home, namespace)
     except OLPError as exc:
         fail(exc.message)
     click.echo(f"cleared {cleared} stored answer(s) from {what}")

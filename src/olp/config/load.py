@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast, get_args
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -37,6 +38,7 @@ __all__ = ["CHILD_ENV_ALLOWLIST", "SOFT_TRIGGER_KEYS", "load_config", "olp_home"
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_REDIS_SCHEMES = ("redis", "rediss", "unix")
 SOFT_TRIGGER_KEYS = (
     "daily_request_count_threshold",
     "five_hour_window_percent_threshold",
@@ -268,9 +270,26 @@ def _cache(r: Reader) -> CacheConfig:
         ttl_s=r.integer("ttl_s", d.ttl_s, lo=0),
         max_entries_per_key=r.integer("max_entries_per_key", d.max_entries_per_key, lo=1),
         max_entry_bytes=r.integer("max_entry_bytes", d.max_entry_bytes, lo=1),
+        redis_url=_redis_url(r),
+        redis_prefix=r.string("redis_prefix", d.redis_prefix),
     )
     r.done()
     return cache
+
+
+def _redis_url(r: Reader) -> str | None:
+    value = r.string("redis_url", None)
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in _REDIS_SCHEMES or not (parts.netloc or parts.path):
+        r.fail(
+            r.sub("redis_url"),
+            f"not a Redis URL (expected redis://host:port/db, rediss://… or unix://…), "
+            f"got {value!r}",
+        )
+        return None
+    return value
 
 
 def _ledger(r: Reader) -> LedgerConfig:

@@ -113,6 +113,11 @@ class CacheConfig:
     ttl_s: int = 86_400
     max_entries_per_key: int = 1000
     max_entry_bytes: int = 10 * 1024 * 1024
+    # Set: the answers live in this Redis, shared by every OLP replica pointing at it
+    # (instead of $OLP_HOME/cache.db); each replica keeps its memory front.
+    redis_url: str | None = None
+    # Prefix of every Redis key OLP writes: two deployments sharing one Redis each get one.
+    redis_prefix: str = "olp:"
 
 
 @dataclass(frozen=True, slots=True)

@@ -175,8 +175,10 @@ class OLPApp:
                 self.quota_sync.start()
                 if isinstance(self.ctx.auth, DbAuthenticator):
                     self._background.append(asyncio.create_task(self.ctx.auth.run_background()))
-                poller = CacheControlPoller(self.ctx)
-                self._background.append(asyncio.create_task(poller.run()))
+                await self.ctx.cache.start()
+                if self.ctx.cache.store.kind == "sqlite":  # a shared store has its own poll
+                    poller = CacheControlPoller(self.ctx)
+                    self._background.append(asyncio.create_task(poller.run()))
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()

@@ -43,7 +43,7 @@ async def clear_cache(ctx: AppContext, req: Request, send: Send) -> None:
             "namespace: give one key id, or none to clear everything", param="namespace"
         )
     namespace = namespaces[0] if namespaces else None
-    cleared = ctx.cache.clear(namespace)
+    cleared = await ctx.cache.aclear(namespace)
     log.info("cache_cleared", namespace=namespace or "*", entries=cleared)
     body = orjson.dumps({"cleared": cleared, "namespace": namespace})
     await send_bytes(send, 200, [_JSON], body)
