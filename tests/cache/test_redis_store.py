@@ -235,3 +235,17 @@ def test_the_cli_helpers_say_what_is_wrong_when_redis_is_down() -> None:
         shared_stats(dead, "olptest-none:")
     assert "did not answer" in failed.value.message
     assert "secret" not in failed.value.message  # the password is never shown
+
+
+@in_loop
+async def test_writes_go_on_after_redis_forgot_the_scripts(redis_prefix: str) -> None:
+    config = cache_config(redis_prefix)
+    layout = Layout(redis_prefix)
+    async with replica(config) as a, replica(config) as b:
+        a.put("ns", "k1", ANSWER)
+        await written(a)
+        raw().script_flush()  # as after a Redis restart
+        a.put("ns", "k2", ANSWER)
+        await written(a)
+        assert raw().exists(layout.entry("ns", "k2")) == 1
+        assert await b.get("ns", "k2") is not None

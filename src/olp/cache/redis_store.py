@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from olp.cache.codec import decode_events, encode_events
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, Entry, MemoryStore
@@ -181,22 +181,12 @@ class RedisStore(MemoryStore):
     async def _send_writes(self) -> bool:
         """One pipeline of what is queued; False (the writes dropped) if Redis failed."""
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
-        cfg = self._config
         try:
-            async with self._redis.pipeline(transaction=False) as pipe:
-                for namespace, key, body in batch:
-                    await self._put(
-                        keys=[
-                            self._keys.entry(namespace, key),
-                            self._keys.lru(namespace),
-                            self._keys.spaces,
-                        ],
-                        args=[body, cfg.ttl_s * 1000, self._clock(), key,
-                              cfg.max_entries_per_key, self._keys.entry_prefix(namespace),
-                              namespace],
-                        client=pipe,
-                    )  # fmt: skip
-                await pipe.execute()
+            try:
+                await self._pipeline_puts(batch)
+            except NoScriptError:  # Redis restarted (or SCRIPT FLUSH) since the last write
+                await self._redis.script_load(PUT)
+                await self._pipeline_puts(batch)
         except (RedisError, OSError) as exc:
             self._failed("write", exc, dropped=len(batch) + len(self._queue))
             self._queue.clear()
@@ -204,6 +194,20 @@ class RedisStore(MemoryStore):
         self._up()
         self._stats_due = True
         return True
+
+    async def _pipeline_puts(self, batch: list[_Write]) -> None:
+        # EVALSHA by hand, not through the Script object: with a pipeline, that one asks
+        # SCRIPT EXISTS first, a second round trip for every batch.
+        cfg, keys, now = self._config, self._keys, self._clock()
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for namespace, key, body in batch:
+                pipe.evalsha(
+                    self._put.sha, 3,
+                    keys.entry(namespace, key), keys.lru(namespace), keys.spaces,
+                    body, cfg.ttl_s * 1000, now, key, cfg.max_entries_per_key,
+                    keys.entry_prefix(namespace), namespace,
+                )  # fmt: skip
+            await pipe.execute()
 
     def _unload(self, entry: Entry) -> None:
         # Over the memory budget: Redis still has it.
