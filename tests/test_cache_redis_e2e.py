@@ -167,3 +167,19 @@ def test_a_shared_cache_without_the_redis_package_says_how_to_install_it(
     assert started.returncode != 0
     assert "pip install 'olp[redis]'" in started.stderr
     assert "Traceback" not in started.stderr
+
+
+def test_doctor_checks_the_shared_cache(tmp_path: Path, upstream: FakeUpstream) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"redis://:hunter2@127.0.0.1:{s.getsockname()[1]}/0"
+    for url, healthy in ((REDIS_URL, True), (dead, False)):
+        home = tmp_path / ("up" if healthy else "down")
+        write_config(home, shared_config(upstream, "olptest-doctor:", url))
+        checked = olp_cli(home, "doctor", "--json", "--timeout", "3")
+        report = orjson.loads(checked.stdout)
+        assert report["cache"]["ok"] is healthy
+        assert checked.returncode == (0 if healthy else 1)
+        if not healthy:
+            assert "start Redis at" in report["cache"]["fix"]
+            assert "hunter2" not in checked.stdout

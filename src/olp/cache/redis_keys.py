@@ -14,6 +14,7 @@ Redis server (or primary), not a cluster. Replicas learn of a clear from `epochs
 
 from __future__ import annotations
 
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,6 +31,7 @@ __all__ = [
     "parse_stats",
     "redacted",
     "shared_clear",
+    "shared_ping",
     "shared_stats",
 ]
 
@@ -182,12 +184,19 @@ def shared_clear(url: str, prefix: str, namespace: str | None) -> int:
     return int(reply[0])
 
 
-def _run(url: str, command: Any) -> Any:
+def shared_ping(url: str, timeout_s: float = 5.0) -> float:
+    """Milliseconds Redis took to answer a PING (`olp doctor`); raise OLPError."""
+    started = time.perf_counter()
+    _run(url, lambda client: client.ping(), timeout_s)
+    return (time.perf_counter() - started) * 1000
+
+
+def _run(url: str, command: Any, timeout_s: float = 5.0) -> Any:
     try:
         import redis  # only a shared cache needs the package (the `redis` extra)
     except ImportError as exc:
         raise OLPError(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
-    client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:
         return command(client)
     except redis.RedisError as exc:

@@ -10,6 +10,7 @@ from typing import Any
 
 import click
 
+from olp.cache.redis_keys import redacted, shared_ping
 from olp.cli.inspection import (
     close_all,
     credential_fix,
@@ -21,6 +22,7 @@ from olp.cli.inspection import (
     source_of,
 )
 from olp.config import Config, ProviderConfig
+from olp.errors import OLPError
 from olp.providers.base import Provider, ProviderHealth, ProviderPlugin
 from olp.registry import Registry, load_registry
 
@@ -75,10 +77,11 @@ def doctor(as_json: bool, timeout: float) -> None:
     present (the variable named by api_key_env is set), is it reachable (a cheap call such
     as GET /v1/models — never a model), and which risk tier its type has. Every problem
     comes with the exact command or setting that fixes it. All providers are checked at
-    once; no check takes longer than --timeout seconds.
+    once; no check takes longer than --timeout seconds. With a shared cache
+    (cache.redis_url), Redis is checked too.
 
-    Exit status: 0 all enabled providers are ok, 1 at least one problem (or no provider
-    at all), 2 the config itself is invalid (the problems are listed as by
+    Exit status: 0 all enabled providers (and the shared cache) are ok, 1 at least one
+    problem (or no provider at all), 2 the config itself is invalid (the problems are listed as by
     `olp config check`).
 
     \b
@@ -93,6 +96,8 @@ def doctor(as_json: bool, timeout: float) -> None:
     progress, show = (None, None) if as_json else (_progress, _show)
     reports = asyncio.run(_check_all(config, loaded.plugins, registry, timeout, progress, show))
     summary, ok = _summary(config, reports)
+    cache = _cache_check(config, timeout)
+    ok = ok and (cache is None or cache.ok)
     if as_json:
         echo_json(
             {
@@ -100,12 +105,32 @@ def doctor(as_json: bool, timeout: float) -> None:
                 "config": source_of(config),
                 "notes": list(config.notes),
                 "providers": [r.as_dict() for r in reports],
+                "cache": asdict(cache) if cache is not None else None,
                 "summary": summary,
             }
         )
     else:
+        if cache is not None:
+            _show_check("cache", cache)
         _print_summary(config, summary, ok)
     sys.exit(0 if ok else 1)
+
+
+def _cache_check(config: Config, timeout: float) -> Check | None:
+    """A shared cache (Redis) is checked too: a dead one costs every miss a timeout."""
+    url = config.cache.redis_url
+    if url is None or not config.cache.enabled:
+        return None
+    try:
+        ms = shared_ping(url, min(timeout, 5.0))
+    except OLPError as exc:
+        fix = (
+            "pip install 'olp[redis]'"
+            if "pip install" in exc.message
+            else f"start Redis at {redacted(url)}, or fix cache.redis_url in config.json"
+        )
+        return Check("shared cache", False, exc.message, fix)
+    return Check("shared cache", True, f"Redis at {redacted(url)} answered a PING in {ms:.0f} ms")
 
 
 async def _check_all(
@@ -278,10 +303,20 @@ def _show(report: ProviderReport) -> None:
     if not report.enabled:
         click.echo(f"  disabled; to use it set providers.{report.name}.enabled to true")
     for c in report.checks:
-        mark = "ok " if c.ok else "ERR"
-        click.echo(f"  {mark} {c.name:<12} {c.detail}")
-        if c.fix:
-            click.echo(f"      fix: {c.fix}")
+        _show_line(c)
+
+
+def _show_check(title: str, check: Check) -> None:
+    status = "ok" if check.ok else "problem"
+    click.secho(f"{title}: {status}", fg="green" if check.ok else "red", bold=True)
+    _show_line(check)
+
+
+def _show_line(c: Check) -> None:
+    mark = "ok " if c.ok else "ERR"
+    click.echo(f"  {mark} {c.name:<12} {c.detail}")
+    if c.fix:
+        click.echo(f"      fix: {c.fix}")
 
 
 def _print_summary(config: Config, summary: str, ok: bool) -> None:
