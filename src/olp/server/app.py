@@ -176,7 +176,7 @@ class OLPApp:
                 if isinstance(self.ctx.auth, DbAuthenticator):
                     self._background.append(asyncio.create_task(self.ctx.auth.run_background()))
                 await self.ctx.cache.start()
-                if self.ctx.cache.store.kind == "sqlite":  # a shared store has its own poll
+                if self.ctx.config.cache.redis_url is None:  # a shared store polls Redis
                     poller = CacheControlPoller(self.ctx)
                     self._background.append(asyncio.create_task(poller.run()))
                 await send({"type": "lifespan.startup.complete"})
