@@ -45,7 +45,7 @@ _TIMEOUT_S = 0.5  # a read slower than this is a miss: the upstream is the fallb
 _RETRY_AFTER_S = 5.0  # after a failure, leave Redis alone this long
 _POLL_S = 1.0  # how often replicas look for clears
 _STATS_EVERY = 5  # polls between two refreshes of the entries and bytes
-_MAX_QUEUED = 10_000  # writes beyond this are dropped (Redis far behind)
+_MAX_QUEUED_BYTES = 64 * 1024 * 1024  # writes beyond this are dropped (Redis far behind)
 _Write = tuple[str, str, bytes]  # namespace, key, body
 
 
@@ -72,6 +72,7 @@ class RedisStore(MemoryStore):
         self._down_until = 0.0  # monotonic; reads and writes skip Redis until then
         self._down = False
         self._queue: deque[_Write] = deque()
+        self._queued_bytes = 0
         self._wake = asyncio.Event()
         self._sending = asyncio.Lock()  # held while a batch is on its way
         self._tasks: list[asyncio.Task[None]] = []
@@ -156,12 +157,14 @@ class RedisStore(MemoryStore):
         body = encode_events(events)
         if self.new_entry(namespace, key, events, body, 0) is None:
             return False
-        if not self._skipping():
-            if len(self._queue) >= _MAX_QUEUED:
-                log.warning("cache_redis_write_dropped", queued=len(self._queue))
-            else:
-                self._queue.append((namespace, key, body))
-                self._wake.set()
+        if self._skipping():
+            return True
+        if self._queued_bytes + len(body) > _MAX_QUEUED_BYTES:
+            log.warning("cache_redis_write_dropped", queued=len(self._queue))
+            return True
+        self._queue.append((namespace, key, body))
+        self._queued_bytes += len(body)
+        self._wake.set()
         return True
 
     async def _write_loop(self) -> None:
@@ -181,6 +184,7 @@ class RedisStore(MemoryStore):
     async def _send_writes(self) -> bool:
         """One pipeline of what is queued; False (the writes dropped) if Redis failed."""
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), 256))]
+        self._queued_bytes -= sum(len(body) for _, _, body in batch)
         try:
             try:
                 await self._pipeline_puts(batch)
@@ -190,6 +194,7 @@ class RedisStore(MemoryStore):
         except (RedisError, OSError) as exc:
             self._failed("write", exc, dropped=len(batch) + len(self._queue))
             self._queue.clear()
+            self._queued_bytes = 0
             return False
         self._up()
         self._stats_due = True
@@ -208,10 +213,6 @@ class RedisStore(MemoryStore):
                     keys.entry_prefix(namespace), namespace,
                 )  # fmt: skip
             await pipe.execute()
-
-    def _unload(self, entry: Entry) -> None:
-        # Over the memory budget: Redis still has it.
-        MemoryStore.delete(self, entry.namespace, entry.key)
 
     async def aclear(self, namespace: str | None = None) -> int:
         """Delete from Redis (every replica follows within a second) and from memory."""
