@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import redis
 
+from olp.cache.codec import encode_events
 from olp.cache.redis_keys import Layout, shared_clear, shared_stats
 from olp.cache.redis_store import RedisStore
 from olp.config import CacheConfig
@@ -249,3 +250,26 @@ async def test_writes_go_on_after_redis_forgot_the_scripts(redis_prefix: str) ->
         await written(a)
         assert raw().exists(layout.entry("ns", "k2")) == 1
         assert await b.get("ns", "k2") is not None
+
+
+@in_loop
+async def test_writes_beyond_the_queue_bound_are_dropped_not_kept(
+    redis_prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = cache_config(redis_prefix)
+    caplog.set_level(logging.WARNING, logger="olp.cache")
+    one = len(encode_events(ANSWER))
+    # Not started: nothing sends the queue, as when Redis is slower than the traffic.
+    store = RedisStore(REDIS_URL, config, max_queued_bytes=2 * one)
+    try:
+        for key in ("k1", "k2", "k3"):
+            assert store.put("ns", key, ANSWER)  # each is in the memory front all the same
+        assert store.lookup("ns", "k3") is not None
+        assert [r.getMessage() for r in caplog.records].count("cache_redis_write_dropped") == 1
+        assert await store.flush()
+    finally:
+        await store.aclose()
+    async with replica(config) as b:
+        assert await b.get("ns", "k1") is not None
+        assert await b.get("ns", "k2") is not None
+        assert await b.get("ns", "k3") is None  # dropped, never written

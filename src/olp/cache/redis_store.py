@@ -37,7 +37,7 @@ from olp.errors import CacheUnavailable
 from olp.ir import Event
 from olp.observability import event_logger
 
-__all__ = ["RedisStore"]
+__all__ = ["DEFAULT_MAX_QUEUED_BYTES", "RedisStore"]
 
 log = event_logger("olp.cache")
 
@@ -45,7 +45,8 @@ _TIMEOUT_S = 0.5  # a read slower than this is a miss: the upstream is the fallb
 _RETRY_AFTER_S = 5.0  # after a failure, leave Redis alone this long
 _POLL_S = 1.0  # how often replicas look for clears
 _STATS_EVERY = 5  # polls between two refreshes of the entries and bytes
-_MAX_QUEUED_BYTES = 64 * 1024 * 1024  # writes beyond this are dropped (Redis far behind)
+# Answers waiting to be written beyond this are dropped (Redis is far behind).
+DEFAULT_MAX_QUEUED_BYTES = 64 * 1024 * 1024
 _Write = tuple[str, str, bytes]  # namespace, key, body
 
 
@@ -57,9 +58,11 @@ class RedisStore(MemoryStore):
         clock: Clock = time.time,
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
+        max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
     ) -> None:
         super().__init__(config, clock, max_total_bytes=memory_bytes)
         self.url = url
+        self._max_queued_bytes = max_queued_bytes
         self._keys = Layout(config.redis_prefix)
         # No connection yet: the client connects on its first command, in `start()`.
         self._redis = aioredis.Redis.from_url(
@@ -159,8 +162,8 @@ class RedisStore(MemoryStore):
             return False
         if self._skipping():
             return True
-        if self._queued_bytes + len(body) > _MAX_QUEUED_BYTES:
-            log.warning("cache_redis_write_dropped", queued=len(self._queue))
+        if self._queued_bytes + len(body) > self._max_queued_bytes:
+            log.warning("cache_redis_write_dropped", queued_bytes=self._queued_bytes)
             return True
         self._queue.append((namespace, key, body))
         self._queued_bytes += len(body)
