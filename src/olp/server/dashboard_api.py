@@ -117,6 +117,7 @@ def cache_panel(ctx: AppContext) -> dict[str, Any]:
             saved_usd += usd
     return {
         "enabled": bool(stats["enabled"]),
+        "store": stats["store"],
         "hits": stats["hits"],
         "misses": stats["misses"],
         "shared": stats["shared"],

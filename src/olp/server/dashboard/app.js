@@ -248,7 +248,7 @@
   function renderCache(c) {
     const box = $("cache");
     box.replaceChildren(
-      fact("state", c.enabled ? "on" : "off"),
+      fact("state", !c.enabled ? "off" : c.store === "redis" ? "on, shared in Redis" : "on"),
       fact("hit rate", pct(c.hit_rate)),
       fact("hits / misses", `${num(c.hits)} / ${num(c.misses)}`),
       fact("joined in flight", num(c.shared)),
