@@ -273,3 +273,15 @@ async def test_writes_beyond_the_queue_bound_are_dropped_not_kept(
         assert await b.get("ns", "k1") is not None
         assert await b.get("ns", "k2") is not None
         assert await b.get("ns", "k3") is None  # dropped, never written
+
+
+@in_loop
+async def test_a_large_answer_comes_back_whole(redis_prefix: str) -> None:
+    config = cache_config(redis_prefix)
+    pieces = tuple(TextDelta(f"piece {i} " * 50) for i in range(2000))  # about 1 MB
+    answer = (*pieces, Usage(5, 1), Finish("stop"))
+    async with replica(config) as a, replica(config) as b:
+        assert a.put("ns", "big", answer)
+        await written(a)
+        found = await b.get("ns", "big")
+        assert found is not None and found.events == answer

@@ -47,6 +47,7 @@ _POLL_S = 1.0  # how often replicas look for clears
 _STATS_EVERY = 5  # polls between two refreshes of the entries and bytes
 # Answers waiting to be written beyond this are dropped (Redis is far behind).
 DEFAULT_MAX_QUEUED_BYTES = 64 * 1024 * 1024
+_DECODE_INLINE_BYTES = 256 * 1024
 _Write = tuple[str, str, bytes]  # namespace, key, body
 
 
@@ -135,7 +136,9 @@ class RedisStore(MemoryStore):
         if not reply:
             return None
         body, ms_left = bytes(reply[0]), int(reply[1])
-        events = decode_events(body)
+        # A large answer is decoded in a thread: milliseconds of parsing would stall the loop.
+        big = len(body) > _DECODE_INLINE_BYTES
+        events = await asyncio.to_thread(decode_events, body) if big else decode_events(body)
         if events is None or ms_left <= 0:  # another codec version's entry: a miss
             return None
         return self._adopt(namespace, key, events, body, ms_left / 1000)
