@@ -183,3 +183,20 @@ def test_doctor_checks_the_shared_cache(tmp_path: Path, upstream: FakeUpstream) 
         if not healthy:
             assert "start Redis at" in report["cache"]["fix"]
             assert "hunter2" not in checked.stdout
+
+
+def test_the_redis_url_takes_its_secret_from_the_environment(tmp_path: Path) -> None:
+    written = {"cache": {"redis_url": "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0"}}
+    (tmp_path / "config.json").write_bytes(orjson.dumps(written))
+    env = server_env(tmp_path, {"REDIS_PASSWORD": "s3cret"})
+    config = load_config(env, detect_local_servers=False)
+    assert config.cache.redis_url == "redis://:s3cret@127.0.0.1:6379/0"
+    with pytest.raises(ConfigError) as failed:
+        load_config(server_env(tmp_path), detect_local_servers=False)
+    assert "cache.redis_url: refers to unset variable(s): REDIS_PASSWORD" in failed.value.message
+    bad = {"cache": {"redis_url": "http://:${REDIS_PASSWORD}@127.0.0.1:6379"}}
+    (tmp_path / "config.json").write_bytes(orjson.dumps(bad))
+    with pytest.raises(ConfigError) as failed:
+        load_config(env, detect_local_servers=False)
+    assert "not a Redis URL" in failed.value.message
+    assert "s3cret" not in failed.value.message

@@ -12,10 +12,11 @@ import queue
 import sys
 import time
 from typing import Any, TextIO
+from urllib.parse import urlsplit, urlunsplit
 
 import orjson
 
-__all__ = ["LEVELS", "configure_logging", "event_logger"]
+__all__ = ["LEVELS", "configure_logging", "event_logger", "redacted_url"]
 
 LEVELS = {
     "error": logging.ERROR,
@@ -81,3 +82,13 @@ class EventLogger:
 
 def event_logger(name: str) -> EventLogger:
     return EventLogger(name)
+
+
+def redacted_url(url: str) -> str:
+    """The URL without its password, for logs and messages."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[-1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + host))

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from olp.errors import OLPError
+from olp.observability import redacted_url
 
 __all__ = [
     "ALL",
@@ -29,7 +29,6 @@ __all__ = [
     "STATS",
     "Layout",
     "parse_stats",
-    "redacted",
     "shared_clear",
     "shared_ping",
     "shared_stats",
@@ -148,16 +147,6 @@ def parse_stats(flat: list[Any]) -> dict[str, tuple[int, int]]:
     return per
 
 
-def redacted(url: str) -> str:
-    """The URL without its password, for logs and messages."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[-1]
-    user = f"{parts.username}:***@" if parts.username else ":***@"
-    return urlunsplit(parts._replace(netloc=user + host))
-
-
 # -- the CLI's blocking access (`olp cache stats|clear` with `cache.redis_url`) -------------
 
 
@@ -201,7 +190,7 @@ def _run(url: str, command: Any, timeout_s: float = 5.0) -> Any:
         return command(client)
     except redis.RedisError as exc:
         raise OLPError(
-            f"the shared cache at {redacted(url)} did not answer ({exc}); check that Redis "
+            f"the shared cache at {redacted_url(url)} did not answer ({exc}); check that Redis "
             f"runs there, and cache.redis_url in config.json"
         ) from exc
     finally:

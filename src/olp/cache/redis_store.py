@@ -30,12 +30,12 @@ from redis.exceptions import NoScriptError, RedisError
 
 from olp.cache.codec import decode_events, encode_events
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, Entry, MemoryStore
-from olp.cache.redis_keys import ALL, CLEAR, GET, PUT, STATS, Layout, parse_stats, redacted
+from olp.cache.redis_keys import ALL, CLEAR, GET, PUT, STATS, Layout, parse_stats
 from olp.cache.store import CachedAnswer, StoreStats
 from olp.config import CacheConfig
 from olp.errors import CacheUnavailable
 from olp.ir import Event
-from olp.observability import event_logger
+from olp.observability import event_logger, redacted_url
 
 __all__ = ["DEFAULT_MAX_QUEUED_BYTES", "RedisStore"]
 
@@ -231,7 +231,7 @@ class RedisStore(MemoryStore):
         except (RedisError, OSError) as exc:
             self._failed("clear", exc)
             raise CacheUnavailable(
-                f"The shared cache (Redis at {redacted(self.url)}) did not answer: {exc}. "
+                f"The shared cache (Redis at {redacted_url(self.url)}) did not answer: {exc}. "
                 f"Only this replica's memory was cleared; try again once Redis is back."
             ) from exc
         self._up()
@@ -308,14 +308,14 @@ class RedisStore(MemoryStore):
         if not self._down:
             self._down = True
             log.warning(
-                "cache_redis_unavailable", url=redacted(self.url), during=what,
+                "cache_redis_unavailable", url=redacted_url(self.url), during=what,
                 error=repr(exc), retry_in_s=_RETRY_AFTER_S, **extra,
             )  # fmt: skip
 
     def _up(self) -> None:
         if self._down:
             self._down = False
-            log.warning("cache_redis_recovered", url=redacted(self.url))
+            log.warning("cache_redis_recovered", url=redacted_url(self.url))
 
 
 def _text(value: Any) -> str:

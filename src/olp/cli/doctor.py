@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from olp.cache.redis_keys import redacted, shared_ping
+from olp.cache.redis_keys import shared_ping
 from olp.cli.inspection import (
     close_all,
     credential_fix,
@@ -23,6 +23,7 @@ from olp.cli.inspection import (
 )
 from olp.config import Config, ProviderConfig
 from olp.errors import OLPError
+from olp.observability import redacted_url
 from olp.providers.base import Provider, ProviderHealth, ProviderPlugin
 from olp.registry import Registry, load_registry
 
@@ -127,10 +128,12 @@ def _cache_check(config: Config, timeout: float) -> Check | None:
         fix = (
             "pip install 'olp[redis]'"
             if "pip install" in exc.message
-            else f"start Redis at {redacted(url)}, or fix cache.redis_url in config.json"
+            else f"start Redis at {redacted_url(url)}, or fix cache.redis_url in config.json"
         )
         return Check("shared cache", False, exc.message, fix)
-    return Check("shared cache", True, f"Redis at {redacted(url)} answered a PING in {ms:.0f} ms")
+    return Check(
+        "shared cache", True, f"Redis at {redacted_url(url)} answered a PING in {ms:.0f} ms"
+    )
 
 
 async def _check_all(

@@ -11,11 +11,10 @@ import click
 from olp import __version__
 from olp.accounts import OwnerKeyFile
 from olp.accounts.keystore import KeyStore, keys_db_path
-from olp.cache.redis_keys import redacted
 from olp.cli.common import fail, load_or_exit
 from olp.config import Config
 from olp.errors import ConfigError, OLPError
-from olp.observability import configure_logging
+from olp.observability import configure_logging, redacted_url
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 _GC_GEN0_THRESHOLD = 20_000
@@ -56,7 +55,9 @@ def _announce(config: Config) -> None:
     providers = ", ".join(sorted(config.enabled_providers())) or "none"
     click.echo(f"olp {__version__}: providers: {providers}", err=True)
     if config.cache.enabled and config.cache.redis_url is not None:
-        click.echo(f"olp: cache shared in Redis at {redacted(config.cache.redis_url)}", err=True)
+        click.echo(
+            f"olp: cache shared in Redis at {redacted_url(config.cache.redis_url)}", err=True
+        )
 
 
 def _ensure_owner_key(config: Config) -> None:

@@ -33,6 +33,7 @@ from olp.config.model import (
 )
 from olp.config.validate import Reader, collecting
 from olp.errors import ConfigError
+from olp.observability import redacted_url
 
 __all__ = ["CHILD_ENV_ALLOWLIST", "SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
 
@@ -96,7 +97,7 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         auth = _auth(root.child("auth"))
         providers = _providers(root, env)
         routing = _routing(root.child("routing"), providers)
-        cache = _cache(root.child("cache"))
+        cache = _cache(root.child("cache"), env)
         ledger = _ledger(root.child("ledger"))
         pricing = _pricing(root)
         root.done()
@@ -198,12 +199,20 @@ def _child_env(r: Reader, env: Mapping[str, str]) -> dict[str, str]:
     """Extra variables for a CLI child; `${VAR}` takes a value from OLP's environment."""
     resolved: dict[str, str] = {}
     for key, value in r.str_map("env").items():
-        missing = [m for m in _VAR_REF.findall(value) if m not in env]
-        if missing:
-            r.fail(f"{r.sub('env')}.{key}", f"refers to unset variable(s): {', '.join(missing)}")
-            continue
-        resolved[key] = _VAR_REF.sub(lambda m: env[m.group(1)], value)
+        expanded = _expand(r, f"{r.sub('env')}.{key}", value, env)
+        if expanded is not None:
+            resolved[key] = expanded
     return resolved
+
+
+def _expand(r: Reader, path: str, value: str, env: Mapping[str, str]) -> str | None:
+    """`value` with each `${VAR}` replaced from OLP's environment; None (and a problem)
+    if one is unset."""
+    missing = [m for m in _VAR_REF.findall(value) if m not in env]
+    if missing:
+        r.fail(path, f"refers to unset variable(s): {', '.join(missing)}")
+        return None
+    return _VAR_REF.sub(lambda m: env[m.group(1)], value)
 
 
 def _timeouts(r: Reader) -> Timeouts:
@@ -263,22 +272,25 @@ def _chain(
     return tuple(chain)
 
 
-def _cache(r: Reader) -> CacheConfig:
+def _cache(r: Reader, env: Mapping[str, str]) -> CacheConfig:
     d = CacheConfig()
     cache = CacheConfig(
         enabled=r.boolean("enabled", d.enabled),
         ttl_s=r.integer("ttl_s", d.ttl_s, lo=0),
         max_entries_per_key=r.integer("max_entries_per_key", d.max_entries_per_key, lo=1),
         max_entry_bytes=r.integer("max_entry_bytes", d.max_entry_bytes, lo=1),
-        redis_url=_redis_url(r),
+        redis_url=_redis_url(r, env),
         redis_prefix=r.string("redis_prefix", d.redis_prefix),
     )
     r.done()
     return cache
 
 
-def _redis_url(r: Reader) -> str | None:
-    value = r.string("redis_url", None)
+def _redis_url(r: Reader, env: Mapping[str, str]) -> str | None:
+    # A password belongs in the environment, not in config.json: "${REDIS_URL}" or
+    # "redis://:${REDIS_PASSWORD}@host:6379/0".
+    written = r.string("redis_url", None)
+    value = None if written is None else _expand(r, r.sub("redis_url"), written, env)
     if value is None:
         return None
     parts = urlsplit(value)
@@ -286,7 +298,7 @@ def _redis_url(r: Reader) -> str | None:
         r.fail(
             r.sub("redis_url"),
             f"not a Redis URL (expected redis://host:port/db, rediss://… or unix://…), "
-            f"got {value!r}",
+            f"got {redacted_url(value)!r}",
         )
         return None
     return value
