@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -285,3 +288,76 @@ async def test_a_large_answer_comes_back_whole(redis_prefix: str) -> None:
         await written(a)
         found = await b.get("ns", "big")
         assert found is not None and found.events == answer
+
+
+class OwnRedis:
+    """A redis-server of this test's own on a free port, to stop and start at will."""
+
+    def __init__(self, workdir: Path) -> None:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            pytest.skip("redis-server is not installed")
+        self.binary, self.workdir = binary, workdir
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+                "--appendonly", "no", "--dir", str(self.workdir)]  # fmt: skip
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url, socket_connect_timeout=1)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        client.close()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@in_loop
+async def test_a_redis_restart_costs_misses_then_the_cache_recovers(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = OwnRedis(tmp_path)
+    server.start()
+    config = CacheConfig(redis_url=server.url)
+    caplog.set_level(logging.WARNING, logger="olp.cache")
+    a = RedisStore(server.url, config, retry_after_s=0.3)
+    b = RedisStore(server.url, config, retry_after_s=0.3)
+    try:
+        await a.start()
+        await b.start()
+        a.put("ns", "before", ANSWER)
+        assert await a.flush()
+        server.kill()  # Redis dies: answers served until now stay in each front
+        assert await b.get("ns", "before") is None  # a miss, not an error
+        assert a.lookup("ns", "before") is not None
+        a.put("ns", "while-down", ANSWER)  # not sent: Redis is being left alone
+        server.start()  # back, empty (it keeps nothing on disk), without the scripts
+        await asyncio.sleep(0.4)  # past the retry delay
+        a.put("ns", "after", ANSWER)
+        assert await a.flush()
+        assert await b.get("ns", "after") is not None  # NOSCRIPT was handled
+        assert await b.get("ns", "while-down") is None
+    finally:
+        await a.aclose()
+        await b.aclose()
+        server.kill()
+    messages = [r.getMessage() for r in caplog.records]
+    # One warning per replica for the outage (a's while-down write failed on the dead
+    # connection), and one each when Redis answered again.
+    assert messages.count("cache_redis_unavailable") == 2
+    assert messages.count("cache_redis_recovered") == 2

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 
 from olp.cache.codec import decode_events, encode_events
@@ -37,12 +39,12 @@ from olp.errors import CacheUnavailable
 from olp.ir import Event
 from olp.observability import event_logger, redacted_url
 
-__all__ = ["DEFAULT_MAX_QUEUED_BYTES", "RedisStore"]
+__all__ = ["DEFAULT_MAX_QUEUED_BYTES", "DEFAULT_RETRY_AFTER_S", "RedisStore"]
 
 log = event_logger("olp.cache")
 
 _TIMEOUT_S = 0.5  # a read slower than this is a miss: the upstream is the fallback
-_RETRY_AFTER_S = 5.0  # after a failure, leave Redis alone this long
+DEFAULT_RETRY_AFTER_S = 5.0  # after a failure, leave Redis alone this long
 _POLL_S = 1.0  # how often replicas look for clears
 _STATS_EVERY = 5  # polls between two refreshes of the entries and bytes
 # Answers waiting to be written beyond this are dropped (Redis is far behind).
@@ -60,14 +62,21 @@ class RedisStore(MemoryStore):
         *,
         memory_bytes: int = DEFAULT_MEMORY_BYTES,
         max_queued_bytes: int = DEFAULT_MAX_QUEUED_BYTES,
+        retry_after_s: float = DEFAULT_RETRY_AFTER_S,
     ) -> None:
         super().__init__(config, clock, max_total_bytes=memory_bytes)
         self.url = url
         self._max_queued_bytes = max_queued_bytes
+        self._retry_after_s = retry_after_s
         self._keys = Layout(config.redis_prefix)
         # No connection yet: the client connects on its first command, in `start()`.
+        # One attempt per command: a failure is a miss here, and retrying is our backoff's
+        # business, not a request's wait.
         self._redis = aioredis.Redis.from_url(
-            url, socket_timeout=_TIMEOUT_S, socket_connect_timeout=_TIMEOUT_S
+            url,
+            socket_timeout=_TIMEOUT_S,
+            socket_connect_timeout=_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
         )
         self._get = self._redis.register_script(GET)
         self._put = self._redis.register_script(PUT)
@@ -304,12 +313,12 @@ class RedisStore(MemoryStore):
         return self._down and time.monotonic() < self._down_until
 
     def _failed(self, what: str, exc: BaseException, **extra: Any) -> None:
-        self._down_until = time.monotonic() + _RETRY_AFTER_S
+        self._down_until = time.monotonic() + self._retry_after_s
         if not self._down:
             self._down = True
             log.warning(
                 "cache_redis_unavailable", url=redacted_url(self.url), during=what,
-                error=repr(exc), retry_in_s=_RETRY_AFTER_S, **extra,
+                error=repr(exc), retry_in_s=self._retry_after_s, **extra,
             )  # fmt: skip
 
     def _up(self) -> None:
