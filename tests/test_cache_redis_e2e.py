@@ -151,15 +151,20 @@ def test_a_bad_redis_url_is_a_config_error(tmp_path: Path, url: str, problem: st
     assert problem in failed.value.message
 
 
-def test_a_shared_cache_without_the_redis_package_says_how_to_install_it(
-    tmp_path: Path, upstream: FakeUpstream
-) -> None:
+def env_without_redis(tmp_path: Path, config: dict[str, Any]) -> dict[str, str]:
+    """An OLP home with `config`, and a child environment where `import redis` fails."""
     blocked = tmp_path / "no-redis" / "redis"  # shadows the installed package in the child
     blocked.mkdir(parents=True)
     (blocked / "__init__.py").write_text("raise ImportError('not installed (test)')\n")
     home = tmp_path / "home"
-    write_config(home, shared_config(upstream, "olptest-none:"))
-    env = {**os.environ, **server_env(home), "PYTHONPATH": str(blocked.parent)}
+    write_config(home, config)
+    return {**os.environ, **server_env(home), "PYTHONPATH": str(blocked.parent)}
+
+
+def test_a_shared_cache_without_the_redis_package_says_how_to_install_it(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    env = env_without_redis(tmp_path, shared_config(upstream, "olptest-none:"))
     started = subprocess.run(
         [sys.executable, "-m", "olp", "start", "--port", str(free_port())],
         env=env, capture_output=True, text=True, timeout=60,
@@ -200,3 +205,17 @@ def test_the_redis_url_takes_its_secret_from_the_environment(tmp_path: Path) -> 
         load_config(env, detect_local_servers=False)
     assert "not a Redis URL" in failed.value.message
     assert "s3cret" not in failed.value.message
+
+
+def test_doctor_says_to_install_the_redis_extra_when_it_is_missing(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    env = env_without_redis(tmp_path, shared_config(upstream, "olptest-doctor:"))
+    checked = subprocess.run(
+        [sys.executable, "-m", "olp", "doctor", "--json", "--timeout", "3"],
+        env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    report = orjson.loads(checked.stdout)
+    assert checked.returncode == 1
+    assert report["cache"]["ok"] is False
+    assert report["cache"]["fix"] == "pip install 'olp[redis]'"

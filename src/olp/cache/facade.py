@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
-from olp.cache.redis_keys import MISSING_REDIS_PACKAGE
+from olp.cache.redis_keys import MISSING_REDIS_PACKAGE, RedisPackageMissing
 from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import Store
 from olp.config import CacheConfig
-from olp.errors import OLPError
 from olp.ir import Event, Finish, is_content
 
 __all__ = [
@@ -267,7 +266,7 @@ def _store(config: CacheConfig, home: Path | None, clock: Clock, memory_bytes: i
             # Imported only here: the redis package is an extra (`olp[redis]`).
             from olp.cache.redis_store import RedisStore
         except ImportError as exc:
-            raise OLPError(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
+            raise RedisPackageMissing(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
         return RedisStore(config.redis_url, config, clock, memory_bytes=memory_bytes)
     if home is not None:
         return SqliteStore(home / CACHE_FILE, config, clock, memory_bytes=memory_bytes)

@@ -28,6 +28,7 @@ __all__ = [
     "PUT",
     "STATS",
     "Layout",
+    "RedisPackageMissing",
     "parse_stats",
     "shared_clear",
     "shared_ping",
@@ -115,6 +116,10 @@ return out
 """
 
 
+class RedisPackageMissing(OLPError):
+    """`cache.redis_url` is set, but the `redis` extra is not installed."""
+
+
 class Layout:
     """The Redis key names under one prefix."""
 
@@ -184,7 +189,7 @@ def _run(url: str, command: Any, timeout_s: float = 5.0) -> Any:
     try:
         import redis  # only a shared cache needs the package (the `redis` extra)
     except ImportError as exc:
-        raise OLPError(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
+        raise RedisPackageMissing(f"cache.redis_url: {MISSING_REDIS_PACKAGE}") from exc
     client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
     try:
         return command(client)

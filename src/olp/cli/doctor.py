@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from olp.cache.redis_keys import shared_ping
+from olp.cache.redis_keys import RedisPackageMissing, shared_ping
 from olp.cli.inspection import (
     close_all,
     credential_fix,
@@ -82,8 +82,8 @@ def doctor(as_json: bool, timeout: float) -> None:
     (cache.redis_url), Redis is checked too.
 
     Exit status: 0 all enabled providers (and the shared cache) are ok, 1 at least one
-    problem (or no provider at all), 2 the config itself is invalid (the problems are listed as by
-    `olp config check`).
+    problem (or no provider at all), 2 the config itself is invalid (the problems are
+    listed as by `olp config check`).
 
     \b
     Examples:
@@ -124,12 +124,10 @@ def _cache_check(config: Config, timeout: float) -> Check | None:
         return None
     try:
         ms = shared_ping(url, min(timeout, 5.0))
+    except RedisPackageMissing as exc:
+        return Check("shared cache", False, exc.message, "pip install 'olp[redis]'")
     except OLPError as exc:
-        fix = (
-            "pip install 'olp[redis]'"
-            if "pip install" in exc.message
-            else f"start Redis at {redacted_url(url)}, or fix cache.redis_url in config.json"
-        )
+        fix = f"start Redis at {redacted_url(url)}, or fix cache.redis_url in config.json"
         return Check("shared cache", False, exc.message, fix)
     return Check(
         "shared cache", True, f"Redis at {redacted_url(url)} answered a PING in {ms:.0f} ms"
