@@ -357,6 +357,47 @@ def test_clear_over_http_and_from_the_cli(tmp_path: Path, upstream: FakeUpstream
             time.sleep(0.2)
 
 
+def olp_cache_clear(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "olp", "cache", "clear", "--yes", *args],
+        env={**os.environ, "OLP_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def test_cli_clear_takes_a_key_name_and_refuses_an_unknown_one(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    home = tmp_path / "olp-home"
+    kid_id, kid = member_key(home, "kid")
+    _, mum = member_key(home, "mum")
+    with olp_server(tmp_path, config(upstream)) as server:
+        for key in (OWNER_TOKEN, kid, mum):
+            assert ask(server, key=key).headers["x-olp-cache"] == "miss"
+
+        unknown = olp_cache_clear(home, "--key", "nobody")
+        assert unknown.returncode == 2
+        assert "--key nobody: no key has this id or name" in unknown.stderr
+        assert "olp keys list" in unknown.stderr
+        assert "Traceback" not in unknown.stderr
+
+        by_name = olp_cache_clear(home, "--key", "kid")
+        assert by_name.returncode == 0, by_name.stderr
+        assert f"cleared 1 stored answer(s) from namespace {kid_id} (key kid)" in by_name.stdout
+
+        owner = olp_cache_clear(home, "--key", "owner")
+        assert owner.returncode == 0, owner.stderr
+        assert "cleared 1 stored answer(s) from namespace owner" in owner.stdout
+
+        deadline = time.monotonic() + 5
+        while ask(server, key=kid).headers["x-olp-cache"] == "hit":
+            assert time.monotonic() < deadline, "the server did not follow the clear"
+            time.sleep(0.2)
+        assert ask(server, key=mum).headers["x-olp-cache"] == "hit"  # not asked: kept
+
+
 def test_a_hit_is_a_hit_in_the_ledger_with_zero_cost(
     tmp_path: Path, upstream: FakeUpstream
 ) -> None:

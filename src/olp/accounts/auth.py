@@ -12,7 +12,7 @@ import hmac
 from collections.abc import Iterable
 from typing import Protocol
 
-from olp.accounts.identity import ANONYMOUS, Identity
+from olp.accounts.identity import ANONYMOUS, OWNER_TOKEN_IDENTITY, Identity
 from olp.errors import AuthRequired, InvalidApiKey
 
 __all__ = ["Authenticator", "StaticAuthenticator", "extract_token"]
@@ -50,7 +50,6 @@ class StaticAuthenticator:
     def __init__(self, owner_hashes: Iterable[str], *, allow_anonymous: bool) -> None:
         self._owner_hashes = [bytes.fromhex(h) for h in owner_hashes]
         self._allow_anonymous = allow_anonymous
-        self._owner = Identity(key_id="owner", name="owner", tier="owner")
 
     def authenticate(self, token: str | None) -> Identity:
         if token is None:
@@ -63,5 +62,5 @@ class StaticAuthenticator:
         for known in self._owner_hashes:
             matched |= hmac.compare_digest(digest, known)
         if matched:
-            return self._owner
+            return OWNER_TOKEN_IDENTITY
         raise InvalidApiKey(_BAD_TOKEN)

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from olp.accounts.identity import ANONYMOUS, Identity
+from olp.accounts.identity import ANONYMOUS, OWNER_TOKEN_IDENTITY, Identity
 from olp.accounts.keystore import KeyStore
 from olp.errors import AuthRequired, InvalidApiKey, OLPError
 from olp.observability import event_logger
@@ -34,7 +34,6 @@ __all__ = ["OWNER_TOKEN_IDENTITY", "DbAuthenticator", "KeyStoreUnavailable"]
 log = event_logger("olp.accounts")
 
 # The owner token (OLP_OWNER_TOKEN) and the owner key file share one identity, as before.
-OWNER_TOKEN_IDENTITY = Identity(key_id="owner", name="owner", tier="owner")
 
 _NO_TOKEN = (
     'OLP API key required: send "Authorization: Bearer <key>" or "x-api-key: <key>". '

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["ANONYMOUS", "Identity", "KeyLimits", "Tier"]
+__all__ = ["ANONYMOUS", "OWNER_TOKEN_IDENTITY", "Identity", "KeyLimits", "Tier"]
 
 Tier = Literal["owner", "member", "anonymous"]
 
@@ -45,3 +45,5 @@ class Identity:
 
 
 ANONYMOUS = Identity(key_id="anonymous", name="anonymous", tier="anonymous")
+# Whoever holds an owner token (OLP_OWNER_TOKEN, the generated owner key): not a keys.db row.
+OWNER_TOKEN_IDENTITY = Identity(key_id="owner", name="owner", tier="owner")

@@ -3,19 +3,26 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import click
 import orjson
 
+from olp.accounts.identity import ANONYMOUS, OWNER_TOKEN_IDENTITY
+from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.accounts.ledger_rows import LEDGER_FILE
 from olp.accounts.usage_query import CacheOutcomes, cache_outcomes, iso, parse_since
 from olp.cache.control import disk_stats, request_clear
 from olp.cache.redis_keys import shared_clear, shared_stats
 from olp.cli.common import fail, load_or_exit, read_ledger
+from olp.config import CacheConfig
 from olp.errors import OLPError
 
 __all__ = ["cache"]
+
+# Namespaces of identities that are not rows in keys.db.
+BUILTIN_NAMESPACES = frozenset({OWNER_TOKEN_IDENTITY.key_id, ANONYMOUS.key_id})
 
 
 @click.group()
@@ -122,25 +129,30 @@ def _table(figures: dict[str, Any]) -> str:
 @cache.command()
 @click.option(
     "--key",
-    "namespace",
-    metavar="KEY_ID",
-    help="Clear only this key's namespace (its id from `olp keys list`).",
+    "key",
+    metavar="KEY",
+    help="Clear only this key's namespace: a key's id or name from `olp keys list`, "
+    "or `owner` (the owner token) or `anonymous`.",
 )
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def clear(namespace: str | None, yes: bool) -> None:
+def clear(key: str | None, yes: bool) -> None:
     """Delete stored answers: one key's, or everyone's. A running server (every replica,
     with a shared cache) follows within a second.
 
     \b
     Examples:
       olp cache clear --yes
+      olp cache clear --key alice
       olp cache clear --key key_ab12cd34
     """
     config = load_or_exit(detect_local_servers=False)
+    shared = config.cache.redis_url
+    namespace = None if key is None else _namespace(config.home, key, shared, config.cache)
     what = f"namespace {namespace}" if namespace else "every namespace"
+    if namespace is not None and namespace != key:
+        what += f" (key {key})"
     if not yes:
         click.confirm(f"Clear the cache of {what}?", abort=True)
-    shared = config.cache.redis_url
     try:
         if shared is not None:
             cleared = shared_clear(shared, config.cache.redis_prefix, namespace)
@@ -149,3 +161,45 @@ def clear(namespace: str | None, yes: bool) -> None:
     except OLPError as exc:
         fail(exc.message)
     click.echo(f"cleared {cleared} stored answer(s) from {what}")
+
+
+def _namespace(home: Path, ref: str, shared: str | None, config: CacheConfig) -> str:
+    """The namespace of `ref`: a key's id or name, a built-in identity, or a stored namespace.
+
+    A name that matches nothing must not clear nothing and say "cleared 0": that reads as
+    success. It is an error that says where the names are.
+    """
+    if ref in BUILTIN_NAMESPACES:
+        return ref
+    key_id = _key_id(home, ref)
+    if key_id is not None:
+        return key_id
+    try:
+        stored = shared_stats(shared, config.redis_prefix) if shared else disk_stats(home)
+    except OLPError as exc:
+        fail(exc.message)
+    if ref not in stored["namespaces"]:
+        fail(
+            f"--key {ref}: no key has this id or name, and the cache holds no namespace of "
+            "that name. `olp keys list` shows the keys; `olp cache stats` the namespaces."
+        )
+    return ref  # a namespace whose key is no longer in keys.db
+
+
+def _key_id(home: Path, ref: str) -> str | None:
+    """The id of the key `ref` names (an id or a name) in keys.db; None if none does."""
+    path = keys_db_path(home)
+    if not path.exists():  # (opening it would create it)
+        return None
+    try:
+        store = KeyStore.open(path)
+    except OLPError as exc:
+        fail(exc.message)
+    try:
+        return store.get(ref).id
+    except OLPError as exc:
+        if exc.code != "key_not_found":
+            fail(exc.message)
+        return None
+    finally:
+        store.close()
