@@ -22,6 +22,7 @@ from olp.ir import (
     Usage,
 )
 from olp.providers._http_errors import error_from_payload
+from olp.wire.sse import SSEMessage
 
 __all__ = ["StreamParser", "events_from_response", "finish_reason", "usage_from"]
 
@@ -102,6 +103,9 @@ class StreamParser:
         self._usage: dict[str, Any] = {}
         self._stop: object = None
         self.done = False
+
+    def feed_message(self, message: SSEMessage) -> list[Event]:
+        return self.feed(message.event, message.data)
 
     def feed(self, event: str | None, data: str) -> list[Event]:
         try:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
-from olp.providers._http import HttpClient, http_health, stream_ended_early
+from olp.providers._http import HttpClient, http_health
+from olp.providers._http_events import post_for_events
 from olp.providers.anthropic_http import events as parse
 from olp.providers.anthropic_http import translate
 from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
@@ -41,31 +43,14 @@ class AnthropicHttpProvider:
             config.name, config.timeouts, headers=headers, limit=config.max_concurrent
         )
 
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        # Built before any I/O: a request that cannot be mapped fails without a call.
-        body = translate.encode_payload(translate.build_payload(self.name, request))
-        async with self._http.post(self._url, body) as call:
-            # Go by what came back, not what was asked: some servers ignore `stream`
-            # either way, and errors may come as JSON with a 200.
-            if not call.is_event_stream:
-                for event in parse.events_from_response(self.name, await call.read_json()):
-                    yield event
-                return
-            parser = parse.StreamParser(self.name)
-            while (messages := await call.next_messages()) is not None:
-                for message in messages:
-                    events = parser.feed(message.event, message.data)
-                    if parser.done:
-                        # Take the end of the body before the last events leave, so a
-                        # consumer that stops at Finish still lets the connection go back
-                        # to the pool.
-                        await call.finish()
-                        for event in events:
-                            yield event
-                        return
-                    for event in events:
-                        yield event
-            raise stream_ended_early(self.name)
+    def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        return post_for_events(
+            self._http,
+            self._url,
+            lambda: translate.encode_payload(translate.build_payload(self.name, request)),
+            partial(parse.events_from_response, self.name),
+            parse.StreamParser(self.name),
+        )
 
     async def health(self) -> ProviderHealth:
         return await http_health(

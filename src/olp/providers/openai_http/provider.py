@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
-from olp.providers._http import HttpClient, http_health, stream_ended_early
+from olp.providers._http import HttpClient, http_health
+from olp.providers._http_events import post_for_events
 from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.openai_http import translate
 
@@ -36,30 +38,14 @@ class OpenAIHttpProvider:
             config.name, config.timeouts, headers=headers, limit=config.max_concurrent
         )
 
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        body = translate.encode_payload(translate.build_payload(request))
-        async with self._http.post(self._url, body) as call:
-            # Go by what came back, not what was asked: some servers ignore `stream`
-            # either way, and errors may come as JSON with a 200.
-            if not call.is_event_stream:
-                for event in translate.events_from_response(self.name, await call.read_json()):
-                    yield event
-                return
-            parser = translate.StreamParser(self.name)
-            while (messages := await call.next_messages()) is not None:
-                for message in messages:
-                    events = parser.feed(message.data)
-                    if parser.done:
-                        # Take the end of the body before the last events leave, so a
-                        # consumer that stops at Finish still lets the connection go back
-                        # to the pool.
-                        await call.finish()
-                        for event in events:
-                            yield event
-                        return
-                    for event in events:
-                        yield event
-            raise stream_ended_early(self.name)
+    def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        return post_for_events(
+            self._http,
+            self._url,
+            lambda: translate.encode_payload(translate.build_payload(request)),
+            partial(translate.events_from_response, self.name),
+            translate.StreamParser(self.name),
+        )
 
     async def health(self) -> ProviderHealth:
         return await http_health(

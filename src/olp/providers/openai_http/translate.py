@@ -30,6 +30,7 @@ from olp.ir import (
     Usage,
 )
 from olp.providers._http_errors import error_from_payload
+from olp.wire.sse import SSEMessage
 
 __all__ = [
     "StreamParser",
@@ -222,6 +223,9 @@ class StreamParser:
         self._usage: Usage | None = None
         self._tool_calls = False
         self.done = False
+
+    def feed_message(self, message: SSEMessage) -> list[Event]:
+        return self.feed(message.data)  # (the `event:` line carries nothing here)
 
     def feed(self, data: str) -> list[Event]:
         if data == "[DONE]":
