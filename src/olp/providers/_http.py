@@ -27,7 +27,7 @@ from olp.config.model import Timeouts
 from olp.deadlines import Deadlines
 from olp.errors import Failure, ProviderError
 from olp.providers._http_errors import ERROR_BODY_CAP, QuotaMemory, error_for_status
-from olp.providers.base import ProviderHealth, QuotaSnapshot
+from olp.providers.base import QuotaSnapshot
 from olp.wire.sse import SSEDecoder, SSEMessage
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "HttpClient",
     "UpstreamCall",
     "error_for_status",
-    "http_health",
     "stream_ended_early",
     "upstream_errors",
 ]
@@ -353,40 +352,3 @@ class UpstreamCall:
         return ProviderError(
             Failure.TIMEOUT, f"upstream timeout: {what}", provider=self._client.name
         )
-
-
-async def http_health(
-    client: HttpClient,
-    *,
-    base_url: str,
-    models_url: str,
-    api_key_env: str | None,
-    has_key: bool,
-    default_api_key_env: str,
-) -> ProviderHealth:
-    """Configured, credentials present, reachable — via a models listing, never a model."""
-    checks = [f"configured: {base_url}"]
-    fix: str | None = None
-    ok = True
-    if api_key_env and not has_key:
-        ok = False
-        checks.append(f"credentials: {api_key_env} is not set")
-        fix = f"set {api_key_env}"
-    elif api_key_env:
-        checks.append(f"credentials: {api_key_env} is set")
-    else:
-        checks.append("credentials: none configured")
-    timeout_s = min(5.0, client.timeouts.connect_ms / 1000.0 + 2.0)
-    status, problem, latency = await client.probe(models_url, timeout_s)
-    if status is None:
-        checks.append(f"reachable: no ({problem})")
-        return ProviderHealth(False, tuple(checks), fix or f"check that {base_url} is reachable")
-    if status in (401, 403):
-        checks.append(f"reachable: yes, but the API key was rejected (HTTP {status})")
-        env = api_key_env or default_api_key_env
-        return ProviderHealth(False, tuple(checks), f"set {env} to a valid key", latency)
-    if status >= 500:
-        checks.append(f"reachable: upstream answered HTTP {status}")
-        return ProviderHealth(False, tuple(checks), fix, latency)
-    checks.append(f"reachable: yes (HTTP {status} in {latency:g} ms)")
-    return ProviderHealth(ok, tuple(checks), fix, latency)
