@@ -36,6 +36,7 @@ from olp.ir import (
     TextPart,
     Tool,
     ToolCall,
+    json_default,
 )
 
 __all__ = [
@@ -148,7 +149,7 @@ def canonical_request(request: ChatRequest) -> bytes:
         "seed": request.seed,
         "extra": _extra(request.extra) if request.extra else {},
     }
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=_json_default)
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=json_default)
 
 
 def _number(value: float | None) -> str | None:
@@ -167,10 +168,3 @@ def _extra(extra: Mapping[str, Any]) -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def _json_default(value: object) -> Any:
-    # Schemas and extras are Mappings by type, not always dicts; encode them as objects.
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot encode {type(value).__name__} in a cache key")

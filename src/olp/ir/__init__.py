@@ -26,6 +26,7 @@ from olp.ir.request import (
     Tool,
     ToolCall,
     ToolChoice,
+    json_default,
 )
 from olp.ir.response import ChatResponse, ResponseBuilder
 
@@ -53,4 +54,5 @@ __all__ = [
     "ToolChoice",
     "Usage",
     "is_content",
+    "json_default",
 ]

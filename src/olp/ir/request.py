@@ -23,6 +23,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolChoice",
+    "json_default",
 ]
 
 JSONValue = Any
@@ -121,3 +122,13 @@ class ChatRequest:
         # Most chains send the requested model name on, and `replace` rebuilds every field
         # of this frozen request: skip it when nothing changes.
         return self if model == self.model else replace(self, model=model)
+
+
+def json_default(value: object) -> Any:
+    """orjson's `default` for IR data: its Mappings (schemas, extras) encode as objects.
+
+    They are Mappings by type and not always dicts, which is all orjson takes natively.
+    """
+    if isinstance(value, Mapping):
+        return dict(value)
+    raise TypeError(f"cannot encode {type(value).__name__} as JSON")

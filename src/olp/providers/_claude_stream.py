@@ -14,19 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from olp.ir import Event, FinishReason, ReasoningDelta, TextDelta, Usage
+from olp.ir import Event, ReasoningDelta, TextDelta
+from olp.providers._anthropic_messages import finish_reason, usage_from
 
 __all__ = ["ClaudeStreamParser", "RateLimitInfo", "finish_reason", "usage_from"]
-
-_STOP: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,31 +42,6 @@ class RateLimitInfo:
             kind=kind if isinstance(kind, str) else None,
             utilisation=float(util) if isinstance(util, int | float) else None,
         )
-
-
-def finish_reason(stop_reason: object) -> FinishReason:
-    if isinstance(stop_reason, str):
-        return _STOP.get(stop_reason, "stop")
-    return "stop"
-
-
-def usage_from(raw: object, cost: object = None, *, cache_in_input: bool = False) -> Usage:
-    """Claude counts cache reads/writes apart from input_tokens; the IR includes them.
-
-    `cache_in_input`: the CLI already counts them in input_tokens (Qwen Code, which
-    relays OpenAI's prompt_tokens).
-    """
-    doc: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    read = _int(doc.get("cache_read_input_tokens"))
-    write = _int(doc.get("cache_creation_input_tokens"))
-    prompt = _int(doc.get("input_tokens")) + (0 if cache_in_input else read + write)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=_int(doc.get("output_tokens")),
-        cached_prompt_tokens=read,
-        cache_write_tokens=write,
-        cost_usd=float(cost) if isinstance(cost, int | float) else None,
-    )
 
 
 class ClaudeStreamParser:
@@ -178,7 +144,3 @@ class ClaudeStreamParser:
         self._streamed[key] = self._streamed.get(key, "") + text
         self.content_seen = True
         return [TextDelta(text) if key[1] == "text" else ReasoningDelta(text)]
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0

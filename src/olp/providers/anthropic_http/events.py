@@ -15,50 +15,22 @@ from olp.errors import Failure, ProviderError
 from olp.ir import (
     Event,
     Finish,
-    FinishReason,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
-    Usage,
 )
+from olp.providers._anthropic_messages import finish_reason, usage_from
 from olp.providers._http_errors import error_from_payload
 from olp.wire.sse import SSEMessage
 
 __all__ = ["StreamParser", "events_from_response", "finish_reason", "usage_from"]
 
-_STOP: dict[str, FinishReason] = {
-    "end_turn": "stop",
-    "stop_sequence": "stop",
-    "pause_turn": "stop",
-    "max_tokens": "length",
-    "model_context_window_exceeded": "length",
-    "tool_use": "tool_calls",
-    "refusal": "content_filter",
-}
 _USAGE_KEYS = (
     "input_tokens",
     "output_tokens",
     "cache_read_input_tokens",
     "cache_creation_input_tokens",
 )
-
-
-def finish_reason(stop_reason: object, saw_tool_calls: bool) -> FinishReason:
-    if isinstance(stop_reason, str) and stop_reason in _STOP:
-        return _STOP[stop_reason]
-    return "tool_calls" if saw_tool_calls else "stop"
-
-
-def usage_from(raw: dict[str, Any]) -> Usage:
-    """Anthropic counts cache reads and writes apart from input_tokens; the IR includes them."""
-    cache_read = int(raw.get("cache_read_input_tokens") or 0)
-    cache_write = int(raw.get("cache_creation_input_tokens") or 0)
-    return Usage(
-        prompt_tokens=int(raw.get("input_tokens") or 0) + cache_read + cache_write,
-        completion_tokens=int(raw.get("output_tokens") or 0),
-        cached_prompt_tokens=cache_read,
-        cache_write_tokens=cache_write,
-    )
 
 
 def events_from_response(provider: str, doc: Any) -> list[Event]:

@@ -30,6 +30,7 @@ from olp.ir import (
     TextPart,
     Tool,
     ToolChoice,
+    json_default,
 )
 
 __all__ = ["DEFAULT_MAX_TOKENS", "DROPS", "build_payload", "encode_payload"]
@@ -81,14 +82,7 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
 
 
 def encode_payload(body: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(body, default=_json_default)
-
-
-def _json_default(value: object) -> object:
-    # The IR holds schemas as read-only Mappings; orjson serialises only real dicts.
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+    return orjson.dumps(body, default=json_default)
 
 
 def _turns(provider: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
@@ -224,7 +218,7 @@ def _format_instruction(rf: ResponseFormat | None) -> str | None:
     if rf.type == "json_object" or rf.json_schema is None:
         return "Respond with a single valid JSON object and nothing else: no prose, no code fences."
     spec = rf.json_schema
-    schema = orjson.dumps(spec.get("schema", {}), default=_json_default).decode()
+    schema = orjson.dumps(spec.get("schema", {}), default=json_default).decode()
     name = spec.get("name")
     named = f" (named {name!r})" if name else ""
     return (

@@ -28,6 +28,7 @@ from olp.ir import (
     Tool,
     ToolCallDelta,
     Usage,
+    json_default,
 )
 from olp.providers._http_errors import error_from_payload
 from olp.wire.sse import SSEMessage
@@ -87,14 +88,7 @@ def build_payload(request: ChatRequest) -> dict[str, Any]:
 
 
 def encode_payload(body: Mapping[str, Any]) -> bytes:
-    return orjson.dumps(body, default=_json_default)
-
-
-def _json_default(value: object) -> object:
-    # The IR holds schemas as read-only Mappings; orjson serialises only real dicts.
-    if isinstance(value, Mapping):
-        return dict(value)
-    raise TypeError(f"cannot encode {type(value).__name__} as JSON")
+    return orjson.dumps(body, default=json_default)
 
 
 def _put(body: dict[str, Any], key: str, value: object) -> None:
