@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from olp.accounts.access import allowed, check_access, usable_providers
-from olp.accounts.auth import Authenticator, StaticAuthenticator, extract_token
+from olp.accounts.auth import Authenticator, extract_token
 from olp.accounts.identity import ANONYMOUS, Identity, KeyLimits, Tier
 from olp.accounts.owner_key import OwnerKeyFile, generate_key, hash_key
 
@@ -13,7 +13,6 @@ __all__ = [
     "Identity",
     "KeyLimits",
     "OwnerKeyFile",
-    "StaticAuthenticator",
     "Tier",
     "allowed",
     "check_access",

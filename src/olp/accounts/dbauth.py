@@ -33,8 +33,6 @@ __all__ = ["OWNER_TOKEN_IDENTITY", "DbAuthenticator", "KeyStoreUnavailable"]
 
 log = event_logger("olp.accounts")
 
-# The owner token (OLP_OWNER_TOKEN) and the owner key file share one identity, as before.
-
 _NO_TOKEN = (
     'OLP API key required: send "Authorization: Bearer <key>" or "x-api-key: <key>". '
     "The owner key was printed when `olp start` first ran; `olp keys create` makes more."
