@@ -363,7 +363,10 @@ def _table(records: list[KeyRecord]) -> str:
         for r in records
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    return "\n".join(
+    lines = [
         "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
         for row in rows
-    )
+    ]
+    # "never" right after a request reads as a bug; it is the write-behind.
+    note = "\nLAST USED: a running server writes it about every 30 s, so it may lag that much."
+    return "\n".join(lines) + "\n" + note
