@@ -135,6 +135,10 @@ def test_stats_on_a_fresh_home_and_bad_input(tmp_path: Path) -> None:
     assert bad.returncode == 2
     assert "--since" in bad.stderr and "Traceback" not in bad.stderr
 
+    forever = olp_cache(home, "stats", "--since", "99999999999999999999d", "--json")
+    assert forever.returncode == 0, forever.stderr  # (was an OverflowError traceback)
+    assert orjson.loads(forever.stdout)["since"] == "1970-01-01T00:00:00Z"
+
     (home / "ledger.db").write_bytes(b"this is not a database" * 100)
     damaged = olp_cache(home, "stats")
     assert damaged.returncode == 1

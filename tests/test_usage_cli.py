@@ -205,6 +205,14 @@ def test_bad_since_is_a_clear_error(olp: Olp, since: str) -> None:
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize("since", ["99999999999999999999d", "0001-01-01"])
+def test_since_before_1970_means_everything(olp: Olp, since: str) -> None:
+    everything = olp.json("--since", since)
+    assert everything["since"] == 0
+    month = olp.json("--since", "30d")["totals"]["requests"]
+    assert everything["totals"]["requests"] >= month > 0
+
+
 def test_bad_grouping_is_refused(olp: Olp) -> None:
     done = olp.usage("--by", "color")
     assert done.returncode == 2 and "Traceback" not in done.stderr

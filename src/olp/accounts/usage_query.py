@@ -53,11 +53,14 @@ _USD_DIGITS = 6
 
 
 def parse_since(text: str, now: float) -> float:
-    """`30m`, `24h`, `7d`, `2w`, `today`, `2026-11-01` or an ISO time → unix seconds (UTC)."""
+    """`30m`, `24h`, `7d`, `2w`, `today`, `2026-11-01` or an ISO time → unix seconds (UTC).
+
+    Never before 1970: the ledger holds nothing older, and `9999999999d` means "all of it".
+    """
     value = text.strip().lower()
     relative = _RELATIVE.match(value)
     if relative:
-        return now - int(relative[1]) * _UNITS[relative[2]]
+        return max(0.0, now - int(relative[1]) * _UNITS[relative[2]])
     if value == "today":
         return now - now % _DAY_S
     try:
@@ -69,7 +72,7 @@ def parse_since(text: str, now: float) -> float:
         ) from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    return max(0.0, when.timestamp())
 
 
 def iso(ts: float) -> str:
