@@ -158,6 +158,8 @@ def test_revoke_is_idempotent_and_frees_the_name(home: Path) -> None:
         (("create", "--name", "x", "--rpm", "0"), "must be positive"),
         (("create", "--name", "x", "--rpd", "-5"), "must be positive"),
         (("create", "--name", "x", "--tpd", "1.5"), "is not a whole number"),
+        (("create", "--name", "x", "--rpm", "9" * 25), "rpm: must be a whole number from 1 to"),
+        (("set", "alice", "--tpd", "10" * 10), "tpd: must be a whole number from 1 to"),
         (("create", "--name", "x", "--usd-month", "lots"), "is not an amount in USD"),
         (("create", "--name", "x", "--usd-month", "nan"), "must be positive"),
         (("create", "--name", "x", "--models", "gpt 4"), "models: 'gpt 4' is not"),

@@ -15,6 +15,7 @@ from olp.errors import InvalidRequest
 
 __all__ = [
     "KEY_ID_PATTERN",
+    "MAX_COUNT_LIMIT",
     "NO_LIMITS",
     "RECORD_COLUMNS",
     "KeyRecord",
@@ -34,6 +35,8 @@ KeyTier = Literal["owner", "member"]
 Patterns = tuple[str, ...] | None
 
 NO_LIMITS = KeyLimits()
+# Far beyond any real limit, and within SQLite's 64-bit integers.
+MAX_COUNT_LIMIT = 10**15
 # The order `record_from_row` reads.
 RECORD_COLUMNS = (
     "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
@@ -139,8 +142,12 @@ def check_patterns(field: str, patterns: Iterable[str] | None) -> Patterns:
 def check_limits(limits: KeyLimits) -> KeyLimits:
     for field in ("rpm", "rpd", "tpd"):
         value = getattr(limits, field)
-        if value is not None and (isinstance(value, bool) or value < 1):
-            raise InvalidRequest(f"{field}: must be a positive whole number", param=field)
+        if value is not None and (isinstance(value, bool) or not 1 <= value <= MAX_COUNT_LIMIT):
+            raise InvalidRequest(
+                f"{field}: must be a whole number from 1 to {MAX_COUNT_LIMIT:,} "
+                "(or no limit at all)",
+                param=field,
+            )
     usd = limits.usd_month
     if usd is not None and not (math.isfinite(usd) and usd > 0):
         raise InvalidRequest("usd_month: must be a positive amount", param="usd_month")
