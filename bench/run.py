@@ -53,6 +53,10 @@ def olp_config(upstream_port: int, *, cache: bool = False, ledger: bool = True) 
         # not the proxying path.
         "cache": {"enabled": cache},
         "ledger": {"enabled": ledger},
+        # A price, as a real deployment has for its models: the member key's USD budget
+        # needs one (a budget fails closed on a model OLP cannot price), and every row
+        # then computes the same costs for its ledger and limits.
+        "pricing": {MODEL: {"input": 0.15, "output": 0.6}},
     }
 
 

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
+from olp.accounts import Identity, KeyLimits
 from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.config import load_config
-from olp.errors import Forbidden, InvalidApiKey
+from olp.errors import Forbidden, InvalidApiKey, UnpricedModel
 from olp.server import create_app
 from olp.server.asgi import Request
 from olp.server.owner import require_owner
@@ -164,6 +165,39 @@ def test_allow_lists_and_models_per_key(home: Path, server: ProcessServer) -> No
     assert globbed.models() == ["b-model"]
 
 
+def test_a_usd_budget_fails_closed_on_models_olp_cannot_price(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    # a-small and a-large have no price anywhere; b-model is priced in config.json.
+    write_config(
+        home, {**two_providers(upstream), "pricing": {"b-model": {"input": 1, "output": 2}}}
+    )
+    with ProcessServer(home) as server:
+        budget = Client(server.base_url, new_key(home, "--name", "kid", "--usd-month", "5"))
+        free = Client(server.base_url, new_key(home, "--name", "mum"))
+
+        assert budget.models() == ["b-model", "beta-only", "both"]
+        calls = upstream.calls
+        refused = budget.chat("a-small")
+        assert refused.status_code == 403
+        error = refused.json()["error"]
+        assert error["code"] == "unpriced_model" and error["type"] == "permission_error"
+        assert "no price for alpha/a-small" in error["message"]
+        assert '"pricing" in config.json' in error["message"]
+        assert upstream.calls == calls  # refused before any provider was asked
+
+        # A chain keeps its priced hops: served by beta, the unpriced hop never tried.
+        served = budget.chat("both")
+        assert served.status_code == 200, served.text
+        assert served.headers["x-olp-provider-used"] == "beta"
+        assert upstream.calls == calls + 1
+
+        assert free.chat("a-small").status_code == 200  # no budget, nothing to count
+        assert olp_keys(home, "set", "kid", "--usd-month", "none").returncode == 0
+        assert budget.chat("a-small").status_code == 200
+
+
 def test_owner_endpoints_refuse_members(home: Path, server: ProcessServer) -> None:
     url = f"{server.base_url}/v0/management/quota"
     member = new_key(home, "--name", "kid")
@@ -303,5 +337,33 @@ def test_owner_endpoints_from_another_machine(tmp_path: Path, loopback_only: boo
             assert info.value.http_status == 403
         else:
             assert require_owner(app.ctx, _request("203.0.113.9")).is_owner
+    finally:
+        asyncio.run(app.aclose())
+
+
+def test_a_provider_that_reports_its_own_cost_needs_no_price(tmp_path: Path) -> None:
+    # Claude Code reports every answer's cost itself: a budget can count it, priced or not.
+    home = tmp_path / "home"
+    write_config(
+        home,
+        {
+            "providers": {
+                "claude": {"type": "claude-cli", "models": ["claude-new-unlisted"]},
+                "api": {"type": "openai-http", "base_url": "http://127.0.0.1:9/v1",
+                        "models": ["unlisted-too"]},
+            }
+        },
+    )  # fmt: skip
+    app = create_app(load_config(server_env(home), detect_local_servers=False))
+    try:
+        ctx = app.ctx
+        limits = KeyLimits(usd_month=5.0)
+        budget = Identity(key_id="key_b", name="b", tier="member", limits=limits)
+        chain = ctx.authorize(budget, ctx.router.resolve("claude-new-unlisted"))
+        assert [hop.name for hop in chain.hops] == ["claude"]
+        with pytest.raises(UnpricedModel, match="no price for api/unlisted-too"):
+            ctx.authorize(budget, ctx.router.resolve("unlisted-too"))
+        free = Identity(key_id="key_f", name="f", tier="member")
+        assert ctx.authorize(free, ctx.router.resolve("unlisted-too")).hops
     finally:
         asyncio.run(app.aclose())

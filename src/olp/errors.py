@@ -45,6 +45,7 @@ __all__ = [
     "ProviderError",
     "RequestTimeout",
     "RequestTooLarge",
+    "UnpricedModel",
     "UnsupportedMediaType",
 ]
 
@@ -107,6 +108,12 @@ class Forbidden(OLPError):
     code = "model_not_allowed"
     http_status = 403
     type = "permission_error"
+
+
+class UnpricedModel(Forbidden):
+    """A key with a USD budget asked for a model OLP cannot price: fail closed."""
+
+    code = "unpriced_model"
 
 
 class NotFound(OLPError):

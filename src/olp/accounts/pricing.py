@@ -129,19 +129,7 @@ class Pricing:
         self, provider_name: str, provider_type: str, model: str, usage: Usage | None
     ) -> Cost:
         """The cost of one answered request (`model` as sent to that provider)."""
-        # Called on the event loop for every answered request (ledger row and USD limit):
-        # the billing mode and unit price depend only on the frozen config and registry,
-        # so look them up once per (provider, type, model), not per request.
-        plan_key = (provider_name, provider_type, model)
-        plan = self._plans.get(plan_key)
-        if plan is None:
-            if len(self._plans) >= _MAX_PLANS:  # model names can come from requests
-                self._plans.clear()
-            plan = self._plans[plan_key] = (
-                self.billing(provider_name, provider_type),
-                self.unit_price(provider_name, provider_type, model),
-            )
-        billing, priced = plan
+        billing, priced = self._plan(provider_name, provider_type, model)
         api_cost: float | None
         source: CostSource
         if usage is not None and usage.cost_usd is not None:
@@ -154,6 +142,28 @@ class Pricing:
         if billing == "subscription":
             return Cost(0.0, api_cost, source)
         return Cost(api_cost, api_cost, source)
+
+    def can_price(self, provider_name: str, provider_type: str, model: str) -> bool:
+        """Whether a price table (config.json's or the registry's) prices `model` there."""
+        return self._plan(provider_name, provider_type, model)[1] is not None
+
+    def _plan(
+        self, provider_name: str, provider_type: str, model: str
+    ) -> tuple[Billing, tuple[UnitPrice, CostSource] | None]:
+        # Asked for every answered request (ledger row and USD limit) and, for keys with a
+        # USD budget, every hop before it runs: the billing mode and unit price depend only
+        # on the frozen config and registry, so look them up once per (provider, type,
+        # model), not per request.
+        plan_key = (provider_name, provider_type, model)
+        plan = self._plans.get(plan_key)
+        if plan is None:
+            if len(self._plans) >= _MAX_PLANS:  # model names can come from requests
+                self._plans.clear()
+            plan = self._plans[plan_key] = (
+                self.billing(provider_name, provider_type),
+                self.unit_price(provider_name, provider_type, model),
+            )
+        return plan
 
     def _override(self, provider_name: str, model: str, canonical: str) -> PriceOverride | None:
         pricing = self._config.pricing

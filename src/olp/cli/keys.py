@@ -67,7 +67,11 @@ _PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
 
 
 def _limit_options(f: Any) -> Any:
-    f = click.option("--usd-month", type=_USD, help="API-equivalent USD per calendar month.")(f)
+    f = click.option(
+        "--usd-month",
+        type=_USD,
+        help="API-equivalent USD per calendar month; the key then only uses models OLP can price.",
+    )(f)
     f = click.option("--tpd", type=_INT, help="Tokens per UTC day (prompt + completion).")(f)
     f = click.option("--rpd", type=_INT, help="Requests per UTC day.")(f)
     f = click.option("--rpm", type=_INT, help="Requests per minute (sliding window).")(f)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from olp.config import Config
@@ -33,7 +33,12 @@ class Chain:
         """The same chain without the hops whose provider is not in `providers`."""
         if len(providers) == len(self.hops):
             return self
-        return Chain(self.name, tuple(h for h in self.hops if h.name in providers))
+        return self.where(lambda hop: hop.name in providers)
+
+    def where(self, keep: Callable[[Hop], bool]) -> Chain:
+        """The same chain with only the hops `keep` says yes to."""
+        hops = tuple(hop for hop in self.hops if keep(hop))
+        return self if len(hops) == len(self.hops) else Chain(self.name, hops)
 
 
 class Router:

@@ -68,6 +68,7 @@ class CliProvider:
         streaming: Literal["token", "message"] = "token",
         vision: bool = False,
         quota_signals: tuple[str, ...] = (),
+        reports_cost: bool = False,
     ) -> Capabilities:
         return Capabilities(
             streaming=streaming,
@@ -79,6 +80,7 @@ class CliProvider:
             cacheable=self._config.cacheable,
             drops=drops,
             quota_signals=quota_signals,
+            reports_cost=reports_cost,
         )
 
     async def _binary_checks(

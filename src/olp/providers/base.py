@@ -46,6 +46,9 @@ class Capabilities:
     # Quota figures this provider can report in `quota()`: "five_hour" (utilisation of a
     # rolling 5-hour window), "credit_pool". Soft triggers on anything else warn at start.
     quota_signals: tuple[str, ...] = ()
+    # Every answer's usage carries the provider's own cost figure (Claude Code's
+    # `total_cost_usd`): its hops are priced without a price table (keys with a USD budget).
+    reports_cost: bool = False
 
 
 @dataclass(frozen=True, slots=True)

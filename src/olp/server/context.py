@@ -11,7 +11,8 @@ from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.engine import Chain, FallbackEngine, Router
+from olp.engine import Chain, FallbackEngine, Hop, Router
+from olp.errors import UnpricedModel
 from olp.providers.base import Provider
 from olp.quota import Cooldowns, QuotaBook
 from olp.registry import Registry
@@ -54,9 +55,35 @@ class AppContext:
         return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))
 
     def authorize(self, identity: Identity, chain: Chain) -> Chain:
-        """403 unless the key may use this model; drop hops of providers it may not use."""
+        """403 unless the key may use this model; drop the hops it may not use.
+
+        Those are the hops of providers outside the key's allow-list and, for a key with
+        a monthly USD budget, the hops whose cost OLP could not count: a budget fails
+        closed rather than count an unknown cost as $0.
+        """
         providers = chain.providers()
         check_access(identity, chain.name, providers)
-        if identity.allowed_providers is None:
+        if identity.allowed_providers is not None:
+            chain = chain.only(usable_providers(identity, providers))
+        if identity.limits.usd_month is None:
             return chain
-        return chain.only(usable_providers(identity, providers))
+        priced = chain.where(self._can_price)
+        if not priced.hops:
+            raise UnpricedModel(_unpriced_message(chain))
+        return priced
+
+    def _can_price(self, hop: Hop) -> bool:
+        if hop.provider.capabilities.reports_cost:
+            return True
+        pconf = self.config.providers.get(hop.name)
+        return self.pricing.can_price(hop.name, pconf.type if pconf else "", hop.model)
+
+
+def _unpriced_message(chain: Chain) -> str:
+    models = ", ".join(dict.fromkeys(f"{hop.name}/{hop.model}" for hop in chain.hops))
+    return (
+        f"This key has a monthly USD budget, and OLP has no price for {models}: it could "
+        "not count what this request costs, so it does not send it. The owner can add a "
+        'price under "pricing" in config.json ({"input": 0, "output": 0} for a free local '
+        "model) or remove the key's USD limit (olp keys set <key> --usd-month none)."
+    )

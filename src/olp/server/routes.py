@@ -6,7 +6,7 @@ import time
 
 import orjson
 
-from olp.accounts import Identity, allowed, usable_providers
+from olp.accounts import Identity
 from olp.errors import OLPError
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
@@ -31,16 +31,12 @@ async def list_models(ctx: AppContext, req: Request, send: Send) -> None:
 
 
 def _may_use(ctx: AppContext, identity: Identity, model_id: str) -> bool:
-    """The model is on the key's list and some provider serving it is one the key may use."""
-    if not allowed(identity.allowed_models, model_id):
-        return False
-    if identity.allowed_providers is None:
-        return True
+    """What a chat request for `model_id` with this key would not refuse as forbidden."""
     try:
-        providers = ctx.router.resolve(model_id).providers()
+        ctx.authorize(identity, ctx.router.resolve(model_id))
     except OLPError:
         return False
-    return bool(usable_providers(identity, providers))
+    return True
 
 
 async def health(ctx: AppContext, req: Request, send: Send) -> None:

@@ -24,7 +24,9 @@ class ClaudeCliProvider(CliProvider):
             config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         # Subscription runs report the rolling 5-hour window (rate_limit_event).
-        self.capabilities = self._capabilities(translate.DROPS, quota_signals=("five_hour",))
+        self.capabilities = self._capabilities(
+            translate.DROPS, quota_signals=("five_hour",), reports_cost=True
+        )
         self._rate_limit: RateLimitInfo | None = None
         self._rate_limit_at = 0.0
 
