@@ -139,6 +139,29 @@ def test_config_check_prints_source_providers_and_chains(olp: Olp) -> None:
     assert_clean(proc)
 
 
+def test_config_check_marks_hops_a_usd_budget_cannot_use(olp: Olp) -> None:
+    config = {
+        "providers": {
+            **VALID["providers"],
+            "local": {
+                "type": "openai-http",
+                "base_url": "http://127.0.0.1:9/v1",
+                "models": ["my-finetune", "free-model"],
+            },
+        },
+        "pricing": {"free-model": {"input": 0, "output": 0}},
+    }
+    proc = olp.run("config", "check", config=config, env=BOTH_KEYS)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"\n  my-finetune\s+→ local/my-finetune\*\s+\(declared\)", proc.stdout)
+    assert re.search(r"\n  free-model\s+→ local/free-model\s+\(declared\)", proc.stdout)
+    assert "* no price: keys with a USD budget skip this hop" in proc.stdout
+    report = orjson.loads(olp.run("config", "check", "--json", config=config, env=BOTH_KEYS).stdout)
+    models = {m["model"]: m for m in report["models"]}
+    assert models["my-finetune"]["chain"][0]["priced"] is False
+    assert models["free-model"]["chain"][0]["priced"] is True
+
+
 def test_config_check_json(olp: Olp) -> None:
     proc = olp.run("config", "check", "--json", config=VALID, env=BOTH_KEYS)
     assert proc.returncode == 0, proc.stderr
@@ -149,8 +172,8 @@ def test_config_check_json(olp: Olp) -> None:
     models = {m["model"]: m for m in report["models"]}
     assert models["sonnet"]["kind"] == "chain"
     assert models["sonnet"]["chain"] == [
-        {"provider": "claude", "model": "claude-sonnet-4-5"},
-        {"provider": "alpha", "model": "gpt-4o-mini"},
+        {"provider": "claude", "model": "claude-sonnet-4-5", "priced": True},
+        {"provider": "alpha", "model": "gpt-4o-mini", "priced": True},
     ]
     assert models["haiku"]["kind"] == "alias"
     providers = {p["name"]: p for p in report["providers"]}

@@ -23,6 +23,7 @@ from typing import Literal
 
 from olp.config import Config, PriceOverride
 from olp.ir import Usage
+from olp.providers.base import Provider
 from olp.registry import Price, Registry
 
 __all__ = [
@@ -146,6 +147,14 @@ class Pricing:
     def can_price(self, provider_name: str, provider_type: str, model: str) -> bool:
         """Whether a price table (config.json's or the registry's) prices `model` there."""
         return self._plan(provider_name, provider_type, model)[1] is not None
+
+    def counts_cost(self, provider_name: str, provider: Provider, model: str) -> bool:
+        """Whether OLP can count what a request for `model` there costs: a price table has
+        it, or the provider reports each answer's cost itself. A USD budget needs this."""
+        if provider.capabilities.reports_cost:
+            return True
+        pconf = self._config.providers.get(provider_name)
+        return self.can_price(provider_name, pconf.type if pconf else "", model)
 
     def _plan(
         self, provider_name: str, provider_type: str, model: str

@@ -9,6 +9,7 @@ from typing import Any
 
 import click
 
+from olp.accounts.pricing import Pricing
 from olp.cli.inspection import (
     Problem,
     close_all,
@@ -22,7 +23,7 @@ from olp.cli.inspection import (
     source_of,
 )
 from olp.config import Config
-from olp.engine.routing import Router
+from olp.engine.routing import Hop, Router
 from olp.errors import ConfigError, OLPError
 from olp.providers.base import Provider
 from olp.providers.loader import build_providers
@@ -38,7 +39,8 @@ class Route:
 
     model: str
     kind: str  # "chain" (routing.chains), "declared" (a provider's models), "alias" (registry)
-    chain: tuple[dict[str, str], ...]
+    # {"provider", "model", "priced"}: priced when OLP can count the hop's cost
+    chain: tuple[dict[str, str | bool], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,19 +107,22 @@ def _report(
     config: Config, registry: Registry, providers: Mapping[str, Provider]
 ) -> dict[str, Any]:
     router = Router(config, registry, providers)
+    pricing = Pricing(registry, config)
     return {
         "ok": True,
         "config": source_of(config),
         "notes": list(config.notes),
         "providers": [describe_provider(p, registry) for p in config.providers.values()],
-        "models": [asdict(r) for r in _routes(config, router, providers)],
+        "models": [asdict(r) for r in _routes(config, router, providers, pricing)],
         # `provider/model` reaches any enabled provider directly (DESIGN §3, step 3).
         "direct": sorted(providers),
         "warnings": [asdict(w) for w in _warnings(config, registry, providers)],
     }
 
 
-def _routes(config: Config, router: Router, providers: Mapping[str, Provider]) -> list[Route]:
+def _routes(
+    config: Config, router: Router, providers: Mapping[str, Provider], pricing: Pricing
+) -> list[Route]:
     declared = {
         model for name, p in config.providers.items() if name in providers for model in p.models
     }
@@ -130,9 +135,15 @@ def _routes(config: Config, router: Router, providers: Mapping[str, Provider]) -
         kind = "chain" if model in config.routing.chains else "declared"
         if kind == "declared" and model not in declared:
             kind = "alias"
-        hops = tuple({"provider": h.name, "model": h.model} for h in chain.hops)
+        hops = tuple(_hop_entry(hop, pricing) for hop in chain.hops)
         routes.append(Route(model, kind, hops))
     return routes
+
+
+def _hop_entry(hop: Hop, pricing: Pricing) -> dict[str, str | bool]:
+    # priced: OLP can count the hop's cost, so keys with a USD budget may use it
+    priced = pricing.counts_cost(hop.name, hop.provider, hop.model)
+    return {"provider": hop.name, "model": hop.model, "priced": priced}
 
 
 def _warnings(config: Config, registry: Registry, providers: Mapping[str, Provider]) -> list[Warn]:
@@ -246,8 +257,15 @@ def _print_models(
     click.echo(f"\nmodels a client can ask for ({len(models)}):")
     width = min(max((len(m["model"]) for m in models), default=0), 32)
     for m in models:
-        hops = " → ".join(f"{h['provider']}/{h['model']}" for h in m["chain"])
+        hops = " → ".join(
+            f"{h['provider']}/{h['model']}" + ("" if h["priced"] else "*") for h in m["chain"]
+        )
         click.echo(f"  {m['model']:<{width}}  → {hops}   ({m['kind']})")
+    if any(not h["priced"] for m in models for h in m["chain"]):
+        click.echo(
+            '  * no price: keys with a USD budget skip this hop (add one under "pricing" '
+            "in config.json; docs/keys.md)"
+        )
     if direct:
         first = next(p for p in providers if p["name"] == direct[0])
         example = f"{direct[0]}/{first['models'][0] if first['models'] else '<model>'}"

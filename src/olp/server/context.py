@@ -73,10 +73,7 @@ class AppContext:
         return priced
 
     def _can_price(self, hop: Hop) -> bool:
-        if hop.provider.capabilities.reports_cost:
-            return True
-        pconf = self.config.providers.get(hop.name)
-        return self.pricing.can_price(hop.name, pconf.type if pconf else "", hop.model)
+        return self.pricing.counts_cost(hop.name, hop.provider, hop.model)
 
 
 def _unpriced_message(chain: Chain) -> str:
