@@ -10,12 +10,11 @@ import click
 import orjson
 
 from olp.accounts.identity import ANONYMOUS, OWNER_TOKEN_IDENTITY
-from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.accounts.ledger_rows import LEDGER_FILE
 from olp.accounts.usage_query import CacheOutcomes, cache_outcomes, iso, parse_since
 from olp.cache.control import disk_stats, request_clear
 from olp.cache.redis_keys import shared_clear, shared_stats
-from olp.cli.common import fail, load_or_exit, read_ledger
+from olp.cli.common import existing_key_store, fail, load_or_exit, read_ledger
 from olp.config import CacheConfig
 from olp.errors import OLPError
 
@@ -188,18 +187,12 @@ def _namespace(home: Path, ref: str, shared: str | None, config: CacheConfig) ->
 
 def _key_id(home: Path, ref: str) -> str | None:
     """The id of the key `ref` names (an id or a name) in keys.db; None if none does."""
-    path = keys_db_path(home)
-    if not path.exists():  # (opening it would create it)
-        return None
-    try:
-        store = KeyStore.open(path)
-    except OLPError as exc:
-        fail(exc.message)
-    try:
-        return store.get(ref).id
-    except OLPError as exc:
-        if exc.code != "key_not_found":
-            fail(exc.message)
-        return None
-    finally:
-        store.close()
+    with existing_key_store(home) as store:
+        if store is None:
+            return None
+        try:
+            return store.get(ref).id
+        except OLPError as exc:
+            if exc.code != "key_not_found":
+                fail(exc.message)
+            return None

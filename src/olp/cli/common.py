@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import click
 
+from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.accounts.ledger_rows import MIGRATIONS
 from olp.config import Config, load_config
-from olp.errors import ConfigError
+from olp.errors import ConfigError, OLPError
 from olp.storage import DatabaseError, open_database
 
-__all__ = ["fail", "load_or_exit", "read_ledger"]
+__all__ = ["existing_key_store", "fail", "load_or_exit", "read_ledger"]
 
 T = TypeVar("T")
 
@@ -45,3 +47,23 @@ def read_ledger(path: Path, read: Callable[[sqlite3.Connection], T]) -> T:
             conn.close()
     except DatabaseError as exc:
         fail(str(exc), code=1)
+
+
+@contextmanager
+def existing_key_store(home: Path) -> Iterator[KeyStore | None]:
+    """The key store of `home` if keys.db exists, else None (opening it would create it).
+
+    A file that cannot be opened (damaged, locked) exits 2 with the store's message.
+    """
+    path = keys_db_path(home)
+    if not path.exists():
+        yield None
+        return
+    try:
+        store = KeyStore.open(path)
+    except OLPError as exc:
+        fail(exc.message)
+    try:
+        yield store
+    finally:
+        store.close()

@@ -10,8 +10,7 @@ import click
 
 from olp import __version__
 from olp.accounts import OwnerKeyFile
-from olp.accounts.keystore import KeyStore, keys_db_path
-from olp.cli.common import fail, load_or_exit
+from olp.cli.common import existing_key_store, fail, load_or_exit
 from olp.config import Config
 from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging, redacted_url
@@ -78,17 +77,10 @@ def _ensure_owner_key(config: Config) -> None:
 
 def _store_has_owner_key(config: Config) -> bool:
     """`olp setup` (or `olp keys create --tier owner`) already made an owner key."""
-    path = keys_db_path(config.home)
-    if not path.exists():
-        return False
-    try:
-        store = KeyStore.open(path)
-    except OLPError as exc:
-        fail(exc.message)
-    try:
-        return any(k.tier == "owner" for k in store.list_keys(include_revoked=False))
-    finally:
-        store.close()
+    with existing_key_store(config.home) as store:
+        return store is not None and any(
+            k.tier == "owner" for k in store.list_keys(include_revoked=False)
+        )
 
 
 def _serve(config: Config) -> None:
