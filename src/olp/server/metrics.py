@@ -53,32 +53,51 @@ class Histogram:
 class SavedByCache:
     """Tokens (and provider-reported cost) of answers served without an upstream call.
 
-    Priced only when the dashboard asks, with the same price table as the ledger.
+    Priced only when the dashboard asks, with the same price table as the ledger. Counted
+    in plain ints: every cache hit adds here, and building a frozen `Usage` per hit cost
+    more than the rest of this update.
     """
 
-    __slots__ = ("cost_usd", "requests", "usage")
+    __slots__ = (
+        "cache_write_tokens",
+        "cached_prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "prompt_tokens",
+        "reasoning_tokens",
+        "requests",
+    )
 
     def __init__(self) -> None:
         self.requests = 0
-        self.usage = Usage()
+        self.prompt_tokens = self.completion_tokens = self.cached_prompt_tokens = 0
+        self.cache_write_tokens = self.reasoning_tokens = 0
         self.cost_usd: float | None = 0.0  # None once an answer came without its own cost
 
     def add(self, usage: Usage | None) -> None:
         self.requests += 1
         if usage is None:
             return
-        u = self.usage
-        self.usage = Usage(
-            u.prompt_tokens + usage.prompt_tokens,
-            u.completion_tokens + usage.completion_tokens,
-            u.cached_prompt_tokens + usage.cached_prompt_tokens,
-            u.cache_write_tokens + usage.cache_write_tokens,
-            u.reasoning_tokens + usage.reasoning_tokens,
-        )
+        self.prompt_tokens += usage.prompt_tokens
+        self.completion_tokens += usage.completion_tokens
+        self.cached_prompt_tokens += usage.cached_prompt_tokens
+        self.cache_write_tokens += usage.cache_write_tokens
+        self.reasoning_tokens += usage.reasoning_tokens
         if self.cost_usd is not None and usage.cost_usd is not None:
             self.cost_usd += usage.cost_usd
         else:
             self.cost_usd = None
+
+    @property
+    def usage(self) -> Usage:
+        """The tokens so far, as one `Usage`."""
+        return Usage(
+            self.prompt_tokens,
+            self.completion_tokens,
+            self.cached_prompt_tokens,
+            self.cache_write_tokens,
+            self.reasoning_tokens,
+        )
 
 
 class Metrics:
