@@ -79,6 +79,14 @@ def test_create_prints_the_key_once_with_how_to_use_it(home: Path) -> None:
         assert key not in ok(home, *args)
 
 
+def test_a_usd_budget_says_it_needs_priced_models(home: Path) -> None:
+    note = "only uses models OLP can price; `olp config check` marks the others"
+    assert note not in ok(home, "create", "--name", "free", "--rpm", "5")
+    assert note in ok(home, "create", "--name", "kid", "--usd-month", "5")
+    assert note in ok(home, "set", "free", "--usd-month", "2.5")
+    assert note not in ok(home, "set", "free", "--usd-month", "none")
+
+
 def test_list_shows_settings_limits_and_revocation(home: Path) -> None:
     ok(
         home,

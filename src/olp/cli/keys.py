@@ -239,6 +239,8 @@ def set_(
             allowed_providers=_patterns(providers) if providers else KEEP,
         )
     click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
+    if usd_month is not None:
+        _budget_note(record)
 
 
 # -- helpers ----------------------------------------------------------------------------
@@ -300,6 +302,15 @@ def _show_secret(new: NewKey, headline: str) -> None:
         f"    export OPENAI_API_KEY={new.secret}\n"
         f"Settings: {_settings(new.record)}"
     )
+    _budget_note(new.record)
+
+
+def _budget_note(record: KeyRecord) -> None:
+    if record.limits.usd_month is not None:
+        click.echo(
+            "With a USD budget the key only uses models OLP can price; "
+            "`olp config check` marks the others with *."
+        )
 
 
 def _base_url() -> str:
