@@ -146,7 +146,7 @@ def clear(key: str | None, yes: bool) -> None:
     """
     config = load_or_exit(detect_local_servers=False)
     shared = config.cache.redis_url
-    namespace = None if key is None else _namespace(config.home, key, shared, config.cache)
+    namespace = None if key is None else _namespace(config.home, key, config.cache)
     what = f"namespace {namespace}" if namespace else "every namespace"
     if namespace is not None and namespace != key:
         what += f" (key {key})"
@@ -162,7 +162,7 @@ def clear(key: str | None, yes: bool) -> None:
     click.echo(f"cleared {cleared} stored answer(s) from {what}")
 
 
-def _namespace(home: Path, ref: str, shared: str | None, config: CacheConfig) -> str:
+def _namespace(home: Path, ref: str, config: CacheConfig) -> str:
     """The namespace of `ref`: a key's id or name, a built-in identity, or a stored namespace.
 
     A name that matches nothing must not clear nothing and say "cleared 0": that reads as
@@ -174,6 +174,7 @@ def _namespace(home: Path, ref: str, shared: str | None, config: CacheConfig) ->
     if key_id is not None:
         return key_id
     try:
+        shared = config.redis_url
         stored = shared_stats(shared, config.redis_prefix) if shared else disk_stats(home)
     except OLPError as exc:
         fail(exc.message)
