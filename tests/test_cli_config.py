@@ -139,6 +139,14 @@ def test_config_check_prints_source_providers_and_chains(olp: Olp) -> None:
     assert_clean(proc)
 
 
+def test_config_written_with_a_byte_order_mark_is_read(olp: Olp) -> None:
+    # Windows Notepad starts a UTF-8 file with a BOM; the JSON after it is what counts.
+    proc = olp.run("config", "check", config="\ufeff" + orjson.dumps(VALID).decode(), env=BOTH_KEYS)
+    assert proc.returncode == 0, proc.stderr
+    assert "alpha  openai-http, enabled" in proc.stdout
+    assert_clean(proc)
+
+
 def test_config_check_marks_hops_a_usd_budget_cannot_use(olp: Olp) -> None:
     config = {
         "providers": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -126,3 +127,28 @@ def test_shutdown_lets_inflight_stream_finish(
         if line.startswith("data: {") and orjson.loads(line[6:])["choices"]
     ]
     assert finishes[-1] == "stop"
+
+
+def test_port_in_use_is_one_clear_error_before_anything_starts(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_config(home, {})
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "OLP_HOME": str(home), "OLP_OWNER_TOKEN": ""}
+        proc = subprocess.run(
+            [sys.executable, "-m", "olp", "start", "--port", str(port)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    assert proc.returncode == 2
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in proc.stderr
+    assert "--port or OLP_PORT" in proc.stderr
+    assert "listening on" not in proc.stderr
+    assert "Traceback" not in proc.stderr
+    # Nothing was made for a server that never ran: no owner key shown or stored.
+    assert "olp_" not in proc.stderr
+    assert not (home / "owner_key.sha256").exists()

@@ -29,6 +29,18 @@ def fail(message: str, *, hint: str | None = None, code: int = 2) -> NoReturn:
     sys.exit(code)
 
 
+def base_url(host: str, port: int) -> str:
+    """OLP's API root at host:port (an IPv6 address in brackets)."""
+    return f"http://[{host}]:{port}/v1" if ":" in host else f"http://{host}:{port}/v1"
+
+
+def client_base_url(host: str, port: int) -> str:
+    """The API root a client on this machine uses for a server bound to host:port."""
+    if host in ("0.0.0.0", "::", ""):  # bound to every address: loopback is one of them
+        host = "127.0.0.1"
+    return base_url(host, port)
+
+
 def load_or_exit(*, detect_local_servers: bool = True) -> Config:
     try:
         return load_config(detect_local_servers=detect_local_servers)

@@ -20,7 +20,7 @@ import orjson
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import KeyRecord, Patterns
 from olp.accounts.keystore import KEEP, Keep, KeyStore, NewKey, keys_db_path
-from olp.cli.common import fail
+from olp.cli.common import client_base_url, fail
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
 
@@ -318,8 +318,7 @@ def _base_url() -> str:
         server = load_config(detect_local_servers=False).server
     except ConfigError:
         return "http://127.0.0.1:3456/v1"
-    host = "127.0.0.1" if server.host in ("0.0.0.0", "::") else server.host
-    return f"http://{host}:{server.port}/v1"
+    return client_base_url(server.host, server.port)
 
 
 def _settings(record: KeyRecord) -> str:

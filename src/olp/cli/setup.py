@@ -14,7 +14,7 @@ import click
 
 from olp.accounts import OwnerKeyFile
 from olp.accounts.keystore import KeyStore, keys_db_path
-from olp.cli.common import fail
+from olp.cli.common import client_base_url, fail
 from olp.cli.setup_clients import client_snippets
 from olp.cli.setup_detect import detect_machine
 from olp.cli.setup_plan import (
@@ -316,7 +316,7 @@ def _owner_key_in(store: KeyStore, legacy: OwnerKeyFile) -> str | None:
 
 def _print_clients(plan: Plan, key: str | None, prefix: str) -> None:
     server = plan.config["server"]
-    base_url = f"http://{server['host']}:{server['port']}/v1"
+    base_url = client_base_url(server["host"], server["port"])
     if key is None:
         key = "<your OLP key>"
     model = "default" if "default" in plan.chains else next(iter(plan.chains), "default")

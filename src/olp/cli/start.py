@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import gc
+import socket
 import sys
 from dataclasses import replace
 
@@ -10,7 +12,13 @@ import click
 
 from olp import __version__
 from olp.accounts import OwnerKeyFile
-from olp.cli.common import existing_key_store, fail, load_or_exit
+from olp.cli.common import (
+    base_url,
+    client_base_url,
+    existing_key_store,
+    fail,
+    load_or_exit,
+)
 from olp.config import Config
 from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging, redacted_url
@@ -44,8 +52,11 @@ def start(host: str | None, port: int | None) -> None:
         config, server=replace(server, host=host or server.host, port=port or server.port)
     )
     _announce(config)
+    # Bound before anything else starts (the owner key, databases, providers' clients): a
+    # port in use is then one clear line, and nothing was made for a server that never ran.
+    sockets = _bind(config.server.host, config.server.port)
     _ensure_owner_key(config)
-    _serve(config)
+    _serve(config, sockets)
 
 
 def _announce(config: Config) -> None:
@@ -68,7 +79,7 @@ def _ensure_owner_key(config: Config) -> None:
         "\nYour owner key (shown once; only its hash is kept in "
         f"{keyfile.path}):\n\n    {key}\n\n"
         "Use it as an OpenAI API key:\n"
-        f"    export OPENAI_BASE_URL=http://{config.server.host}:{config.server.port}/v1\n"
+        f"    export OPENAI_BASE_URL={client_base_url(config.server.host, config.server.port)}\n"
         f"    export OPENAI_API_KEY={key}\n"
         "Lost it? Delete that file and restart, or set OLP_OWNER_TOKEN.\n",
         err=True,
@@ -83,7 +94,7 @@ def _store_has_owner_key(config: Config) -> bool:
         )
 
 
-def _serve(config: Config) -> None:
+def _serve(config: Config, sockets: list[socket.socket]) -> None:
     import uvicorn
 
     from olp.server import create_app
@@ -98,18 +109,51 @@ def _serve(config: Config) -> None:
         except OLPError as exc:  # e.g. a damaged or locked SQLite file under OLP_HOME
             fail(exc.message)
         click.echo(
-            f"olp: listening on http://{config.server.host}:{config.server.port}/v1", err=True
+            f"olp: listening on {base_url(config.server.host, config.server.port)}", err=True
         )
         server = uvicorn.Server(uvicorn_config(app, config))
         _tune_gc()
         try:
-            server.run()
+            server.run(sockets=sockets)
         except KeyboardInterrupt:
             # uvicorn re-raises Ctrl-C after its graceful shutdown: that is a clean stop.
             click.echo("olp: stopped", err=True)
             sys.exit(130)
     finally:
         listener.stop()
+
+
+def _bind(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets for every address `host` names (as asyncio's own bind would)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        fail(f"cannot listen on {host}: {exc.strerror}", hint="check --host / OLP_HOST")
+    sockets: list[socket.socket] = []
+    for family, kind, proto, _, address in dict.fromkeys(infos):
+        sock = socket.socket(family, kind, proto)
+        sockets.append(sock)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            for opened in sockets:
+                opened.close()
+            fail(f"cannot listen on {host}:{port}: {exc.strerror}", hint=_bind_hint(exc, port))
+    return sockets
+
+
+def _bind_hint(exc: OSError, port: int) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"another program (another `olp start`?) listens on port {port}: stop it, "
+            "or choose another port with --port or OLP_PORT"
+        )
+    if exc.errno == errno.EACCES:
+        return "ports below 1024 need privileges: choose a port above 1024 with --port"
+    return "check --host / OLP_HOST: it must be an address of this machine"
 
 
 def _tune_gc() -> None:

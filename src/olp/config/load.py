@@ -6,6 +6,7 @@ from the variables the config names (`api_key_env`) and handed on inside the Con
 
 from __future__ import annotations
 
+import codecs
 import os
 import re
 from collections.abc import Mapping
@@ -85,7 +86,8 @@ def load_config(
 
 def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
     try:
-        data = orjson.loads(path.read_bytes())
+        # A UTF-8 byte order mark is what Windows Notepad writes first; JSON has no use for it.
+        data = orjson.loads(path.read_bytes().removeprefix(codecs.BOM_UTF8))
     except OSError as exc:
         raise ConfigError(str(path), f"cannot read: {exc.strerror}") from exc
     except orjson.JSONDecodeError as exc:
