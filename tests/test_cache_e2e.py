@@ -16,69 +16,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import openai
 import pytest
 
-from olp.accounts import KeyLimits
-from olp.accounts.keystore import KeyStore, keys_db_path
+from cache_server import AUTH, QUESTION, FakeClock, ask, client, config, member_key
 
 from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
-
-AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
-QUESTION = [{"role": "user", "content": "What is 2+2?"}]
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def config(up: FakeUpstream, **extra: Any) -> dict[str, Any]:
-    return {
-        "providers": {
-            "up": {"type": "openai-http", "base_url": up.openai_base_url, "models": ["m"]}
-        },
-        **extra,
-    }
 
 
 @pytest.fixture
 def olp(tmp_path: Path, upstream: FakeUpstream) -> Iterator[ThreadServer]:
     with olp_server(tmp_path, config(upstream)) as server:
         yield server
-
-
-def client(server: ThreadServer, key: str = OWNER_TOKEN) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0)
-
-
-def ask(
-    server: ThreadServer,
-    *,
-    stream: bool = False,
-    key: str = OWNER_TOKEN,
-    headers: dict[str, str] | None = None,
-    content: str = "What is 2+2?",
-) -> httpx.Response:
-    return httpx.post(
-        f"{server.base_url}/v1/chat/completions",
-        timeout=20,
-        headers={"authorization": f"Bearer {key}", **(headers or {})},
-        json={"model": "m", "stream": stream, "messages": [{"role": "user", "content": content}]},
-    )
-
-
-def member_key(home: Path, name: str) -> tuple[str, str]:
-    store = KeyStore.open(keys_db_path(home))
-    try:
-        created = store.create(name, tier="member", limits=KeyLimits())
-        return created.record.id, created.secret
-    finally:
-        store.close()
 
 
 def test_second_request_is_a_hit_without_upstream_call(

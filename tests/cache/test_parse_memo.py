@@ -7,7 +7,7 @@ import pytest
 
 from olp.cache import request_fingerprint
 from olp.errors import InvalidRequest
-from olp.server.parse_memo import ParseMemo
+from olp.server.parse_memo import ParsedBody, ParseMemo
 from olp.wire.openai_chat import parse_chat_request
 
 
@@ -15,7 +15,7 @@ def body(text: str, **extra: object) -> bytes:
     return orjson.dumps({"model": "m", "messages": [{"role": "user", "content": text}], **extra})
 
 
-def parse_and_keep(memo: ParseMemo, raw: bytes) -> tuple[object, bytes]:
+def parse_and_keep(memo: ParseMemo, raw: bytes) -> ParsedBody:
     """What the chat handler does for a request answered from the cache."""
     parsed = memo.parse(raw)
     memo.keep(raw, parsed)
@@ -28,9 +28,9 @@ def test_a_kept_body_is_recalled_not_parsed_again() -> None:
     first = parse_and_keep(memo, raw)
     again = memo.parse(bytes(raw))  # equal bytes, another object: as from the socket
     assert again is first
-    request, fingerprint = first
-    assert request == parse_chat_request(raw)
-    assert fingerprint == request_fingerprint(request)
+    assert first.request == parse_chat_request(raw)
+    assert first.fingerprint == request_fingerprint(first.request)
+    assert first.last_hit is None  # the chat handler fills it in
 
 
 def test_a_body_not_kept_is_parsed_every_time() -> None:
@@ -38,7 +38,8 @@ def test_a_body_not_kept_is_parsed_every_time() -> None:
     raw = body("once")
     first = memo.parse(raw)
     assert memo.parse(raw) is not first
-    assert memo.parse(raw) == first
+    assert memo.parse(raw).request == first.request
+    assert memo.parse(raw).fingerprint == first.fingerprint
     assert len(memo) == 0
 
 
@@ -54,7 +55,7 @@ def test_keeping_a_kept_body_again_changes_nothing() -> None:
 def test_different_bodies_are_different_entries() -> None:
     memo = ParseMemo()
     a, b = parse_and_keep(memo, body("a")), parse_and_keep(memo, body("b"))
-    assert a[1] != b[1]
+    assert a.fingerprint != b.fingerprint
     assert len(memo) == 2
 
 

@@ -11,7 +11,7 @@ from cache_fakes import ANSWER, Upstream, drain, run, settle
 from olp.cache import ResponseCache, cache_policy, is_complete
 from olp.config import CacheConfig
 from olp.errors import Failure, ProviderError
-from olp.ir import Event, Finish, TextDelta, ToolCallDelta, Usage
+from olp.ir import Event, Finish, ResponseBuilder, TextDelta, ToolCallDelta, Usage
 
 CFG = CacheConfig(ttl_s=60)
 
@@ -262,3 +262,42 @@ def test_stats_and_clear() -> None:
 )
 def test_cache_control_policy(header: str | None, policy: tuple[bool, bool]) -> None:
     assert cache_policy(header) == policy
+
+
+def test_a_replay_keeps_its_response_once_and_counts_it() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        await ask(cache, Upstream())
+        hop = await cache.find("ns", "k")
+        assert hop is not None and hop.answer is not None
+        assert (hop.namespace, hop.key) == ("ns", "k")
+        before = cache.store.memory_bytes
+        response = ResponseBuilder().extend(hop.answer.events).build()
+        cache.keep_response(hop, response)
+        assert hop.answer.response is response
+        assert cache.store.memory_bytes > before + len(response.text or "")
+        cache.keep_response(hop, ResponseBuilder().build())  # kept already: unchanged
+        assert hop.answer.response is response
+        await cache.aclose()
+
+    run(main)
+
+
+def test_holds_and_replay_answer_as_find_would() -> None:
+    async def main() -> None:
+        clock = Clock()
+        cache = ResponseCache(CFG, None, clock)
+        await ask(cache, Upstream())
+        found = await cache.find("ns", "k")
+        assert found is not None and found.answer is not None
+        answer = found.answer
+        assert cache.holds("ns", "k", answer)
+        assert not cache.holds("other", "k", answer)
+        again = cache.replay("ns", "k", answer)
+        assert (again.outcome, again.role, again.stored) == ("hit", "stored", answer.events)
+        assert cache.stats("ns")["hits"] == 2  # counted like a hit through `find`
+        clock.now += 61
+        assert not cache.holds("ns", "k", answer)  # expired
+        await cache.aclose()
+
+    run(main)

@@ -448,3 +448,28 @@ def test_a_file_of_the_previous_layout_is_migrated_with_its_entries_and_lru_orde
         await store.aclose()
 
     asyncio.run(main())
+
+
+def test_weigh_counts_more_memory_for_the_answer_it_names() -> None:
+    store = MemoryStore(CacheConfig(max_entry_bytes=10_000), Clock(), max_total_bytes=5000)
+    store.put("a", "1", answer("x" * 900))
+    held = store.lookup("a", "1")
+    assert held is not None
+    before = store.memory_bytes
+    assert store.weigh("a", "1", held, 700)
+    assert store.memory_bytes == before + 700
+    store.put("a", "1", answer("y" * 900))  # replaced: the old answer is no longer counted
+    assert not store.weigh("a", "1", held, 700)
+    assert not store.weigh("a", "nope", held, 700)
+
+
+def test_weighing_past_the_budget_unloads_the_least_recently_used() -> None:
+    store = MemoryStore(CacheConfig(max_entry_bytes=10_000), Clock(), max_total_bytes=2500)
+    store.put("a", "1", answer("x" * 900))
+    store.put("b", "2", answer("x" * 900))
+    held = store.lookup("b", "2")
+    assert held is not None
+    assert store.weigh("b", "2", held, 900)
+    assert store.lookup("a", "1") is None  # made room
+    assert store.lookup("b", "2") is held
+    assert store.memory_bytes <= 2500

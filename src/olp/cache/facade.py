@@ -23,9 +23,9 @@ from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
 from olp.cache.redis_keys import MISSING_REDIS_PACKAGE, RedisPackageMissing
 from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
-from olp.cache.store import Store
+from olp.cache.store import CachedAnswer, Store
 from olp.config import CacheConfig
-from olp.ir import Event, Finish, is_content
+from olp.ir import ChatResponse, Event, Finish, is_content
 
 __all__ = [
     "CACHE_FILE",
@@ -56,6 +56,10 @@ class CacheHop:
     events: AsyncIterator[Event]
     # A replay's whole answer, in hand: callers may use it instead of iterating `events`.
     stored: tuple[Event, ...] | None = None
+    # The cache's entry that `stored` came from, and where it is kept (a replay only).
+    answer: CachedAnswer | None = None
+    namespace: str = ""
+    key: str = ""
 
     @property
     def upstream(self) -> bool:
@@ -149,9 +153,30 @@ class ResponseCache:
         if answer is None and store.on_disk(namespace, key):
             answer = await store.get(namespace, key)
         if answer is not None:
-            return self._replay(answer.events, counters)
+            return self._replay(namespace, key, answer, counters)
         # (After the disk read, if any: a flight may have started meanwhile.)
         return self._follow(namespace, key, counters)
+
+    def holds(self, namespace: str, key: str, answer: CachedAnswer) -> bool:
+        """Whether `find` would replay this very answer now (it is live, in memory).
+
+        With `replay`, a caller that remembers which answer a request got can answer the
+        same request again without asking `find`: the same result, and the same counts.
+        """
+        return self.config.enabled and self.store.lookup(namespace, key) is answer
+
+    def replay(self, namespace: str, key: str, answer: CachedAnswer) -> CacheHop:
+        """A hit on `answer`, which `holds` just vouched for."""
+        return self._replay(namespace, key, answer, self._count(namespace))
+
+    def keep_response(self, hop: CacheHop, response: ChatResponse) -> None:
+        """Keep a replayed answer's `response` with it (`CachedAnswer.response`): every
+        later replay reuses it. Its text counts against the memory budget."""
+        answer = hop.answer
+        if answer is None or answer.response is not None:
+            return
+        if self.store.weigh(hop.namespace, hop.key, answer, _response_size(response)):
+            answer.response = response
 
     def lead(
         self,
@@ -189,9 +214,12 @@ class ResponseCache:
         counters.shared += 1
         return CacheHop("miss", "follower", view)
 
-    def _replay(self, events: tuple[Event, ...], counters: _Counters) -> CacheHop:
+    def _replay(
+        self, namespace: str, key: str, answer: CachedAnswer, counters: _Counters
+    ) -> CacheHop:
         counters.hits += 1
-        return CacheHop("hit", "stored", _Replay(events), events)
+        events = answer.events
+        return CacheHop("hit", "stored", _Replay(events), events, answer, namespace, key)
 
     def _write(self, namespace: str, key: str, events: tuple[Event, ...]) -> None:
         if is_complete(events):
@@ -271,6 +299,12 @@ def _store(config: CacheConfig, home: Path | None, clock: Clock, memory_bytes: i
     if home is not None:
         return SqliteStore(home / CACHE_FILE, config, clock, memory_bytes=memory_bytes)
     return MemoryStore(config, clock, max_total_bytes=memory_bytes)
+
+
+def _response_size(response: ChatResponse) -> int:
+    """Roughly the memory a response holds beyond the events it was built from."""
+    calls = sum(len(c.id) + len(c.name) + len(c.arguments) for c in response.tool_calls)
+    return len(response.text or "") + len(response.reasoning or "") + calls + 256
 
 
 def _rate(hits: int, others: int) -> float:

@@ -155,6 +155,16 @@ class MemoryStore:
         while self._total > self._max_total:
             self._unload(next(iter(self._loaded)))
 
+    def weigh(self, namespace: str, key: str, answer: CachedAnswer, nbytes: int) -> bool:
+        entry = self.indexed(namespace, key)
+        if entry is None or entry.answer is not answer:
+            return False
+        entry.weight += nbytes
+        self._total += nbytes
+        while self._total > self._max_total:
+            self._unload(next(iter(self._loaded)))
+        return True
+
     def delete(self, namespace: str, key: str) -> bool:
         space = self._spaces.get(namespace)
         entry = None if space is None else space.pop(key, None)

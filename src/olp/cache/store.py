@@ -18,14 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from olp.ir import Event
+from olp.ir import ChatResponse, Event
 
 __all__ = ["CachedAnswer", "Store", "StoreStats"]
 
 
 # Not frozen (one is built per stored answer, and a frozen dataclass costs ~3x to build);
-# nobody changes one once made.
-@dataclass(slots=True)
+# nobody changes one once made. Weakly referenceable: a request body's memo of its last
+# hit (`olp.server.parse_memo`) must not keep an answer the cache has dropped.
+@dataclass(slots=True, weakref_slot=True)
 class CachedAnswer:
     """One complete answer: the events exactly as the upstream produced them."""
 
@@ -33,6 +34,10 @@ class CachedAnswer:
     nbytes: int  # size of the encoded entry; what `max_entry_bytes` limits
     created_at: float
     expires_at: float
+    # The events as one non-streaming response, built by the first replay that needed it:
+    # every later one reuses it (the events never change), and it goes with the entry.
+    # Set only through `ResponseCache.keep_response`, which counts its size.
+    response: ChatResponse | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,10 @@ class Store(Protocol):
 
     def put(self, namespace: str, key: str, events: Sequence[Event]) -> bool:
         """Store an answer; False when it is not kept (over `max_entry_bytes`, `ttl_s` 0)."""
+
+    def weigh(self, namespace: str, key: str, answer: CachedAnswer, nbytes: int) -> bool:
+        """Count `nbytes` more in memory for `answer`, if it is still that key's loaded
+        answer (the memory budget then unloads others as needed); False if it is not."""
 
     def delete(self, namespace: str, key: str) -> bool: ...
 

@@ -146,12 +146,9 @@ class FallbackEngine:
                     self._record(request_id, chain, hop, skip, "skip", 0.0, failures)
                     continue
                 source = start(hop, request, request_id, cache)
-            started = time.perf_counter()
             if source.stored is not None:  # a replay: complete, nothing to wait for
-                head = list(source.stored)
-                return Served(
-                    chain, hop, tuple(failures), head, None, self, request_id, started, source
-                )
+                return self._replayed(chain, hop, tuple(failures), request_id, source)
+            started = time.perf_counter()
             stream = source.events
             try:
                 head, ended = await _until_content(stream)
@@ -171,6 +168,26 @@ class FallbackEngine:
                 chain, hop, tuple(failures), head, rest, self, request_id, started, source
             )
         raise self._exhausted(failures)
+
+    def replay(self, chain: Chain, hop: Hop, request_id: str, source: HopSource) -> Served:
+        """What `open` returns when `hop`, the first it asks, has `source`, a stored answer.
+
+        For a caller that already knows (the chat handler's memo of a repeated request):
+        the chain walk and its cache lookups are skipped, nothing else.
+        """
+        return self._replayed(chain, hop, (), request_id, source)
+
+    def _replayed(
+        self,
+        chain: Chain,
+        hop: Hop,
+        failures: tuple[HopFailure, ...],
+        request_id: str,
+        source: HopSource,
+    ) -> Served:
+        head = list(source.stored or ())
+        started = time.perf_counter()
+        return Served(chain, hop, failures, head, None, self, request_id, started, source)
 
     # -- gates -------------------------------------------------------------------------
 

@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from dataclasses import dataclass
 
 from olp.accounts import Identity
-from olp.cache import cache_policy
+from olp.cache import CacheHop, ResponseCache, cache_policy
 from olp.engine import CacheScope, Chain, FallbackEngine, Served
 from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
-from olp.ir import ChatRequest, Event, ResponseBuilder, Usage
+from olp.ir import ChatRequest, ChatResponse, Event, ResponseBuilder, Usage
 from olp.observability import event_logger
 from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.meta import ResponseMeta
 from olp.server.outcome import RequestOutcome
+from olp.server.parse_memo import LastHit, ParsedBody
 from olp.wire.openai_chat import ChunkEncoder, completion_body, error_body, parse_chat_request
 
 __all__ = ["chat_completions"]
@@ -75,7 +77,7 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     watch: DisconnectWatch | None = None
     ctx.metrics.request_started()
     try:
-        ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
+        identity = ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
         content_type = req.header(b"content-type") or b""
         if b"application/json" not in content_type.lower():
             raise UnsupportedMediaType(
@@ -84,21 +86,25 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
             )
         server = ctx.config.server
         body = await req.body(server.max_body_bytes, server.body_timeout_s)
-        request, fingerprint = _parse(ctx, body)
+        parsed = _parse(ctx, body)
+        request = parsed.request
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
-        chain = ctx.authorize(ex.meta.identity, ctx.router.resolve(request.model))
-        ctx.limits.check(ex.meta.identity)  # 429 key_limit_exceeded, with Retry-After
-        ctx.limits.on_request(ex.meta.identity.key_id)
+        last_hit = parsed.last_hit
+        if last_hit is not None and await _hit_again(ex, req, identity, last_hit, request):
+            return
+        chain = ctx.authorize(identity, ctx.router.resolve(request.model))
+        ctx.limits.check(identity)  # 429 key_limit_exceeded, with Retry-After
+        ctx.limits.on_request(identity.key_id)
         watch = DisconnectWatch(req)
-        scope = _cache_scope(ctx, req, ex.meta.identity, body, fingerprint, watch)
+        scope = _cache_scope(ctx, req, identity, body, parsed.fingerprint, watch)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         if request.stream:
             await _stream(ex, chain, request, scope)
         else:
             await _complete(ex, chain, request, scope)
-        if ex.meta.cache == "hit" and fingerprint is not None:
-            ctx.parse_memo.keep(body, (request, fingerprint))  # it may well come again
+        if ex.meta.cache == "hit" and scope is not None:
+            _keep_hit(ex, identity, body, parsed, chain, scope)  # it may well come again
     except OLPError as err:
         await ex.fail(err)
     except ClientGone:
@@ -120,11 +126,49 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         _finished(ex)
 
 
-def _parse(ctx: AppContext, body: bytes) -> tuple[ChatRequest, bytes | None]:
+def _parse(ctx: AppContext, body: bytes) -> ParsedBody:
     """The request, and with the cache on its fingerprint (a repeated body is recalled)."""
     if ctx.config.cache.enabled:
         return ctx.parse_memo.parse(body)
-    return parse_chat_request(body), None
+    return ParsedBody(parse_chat_request(body), None)
+
+
+async def _hit_again(
+    ex: _Exchange, req: Request, identity: Identity, last: LastHit, request: ChatRequest
+) -> bool:
+    """Answer a repeated request from the answer it got last time, if that is still what
+    the chain would replay (see `olp.server.parse_memo`); False: go the usual way."""
+    ctx = ex.ctx
+    answer = last.answer_for(identity, ctx.cache, req.header(b"cache-control"))
+    if answer is None:
+        return False
+    ctx.limits.check(identity)  # (the key may use this chain: `answer_for` made sure)
+    ctx.limits.on_request(identity.key_id)
+    source = ctx.cache.replay(identity.key_id, last.key, answer)
+    served = ctx.engine.replay(last.chain, last.chain.hops[0], ex.meta.request_id, source)
+    if request.stream:
+        await _send_stream(ex, served, request)
+    else:
+        await _send_complete(ex, served, request)
+    return True
+
+
+def _keep_hit(
+    ex: _Exchange,
+    identity: Identity,
+    body: bytes,
+    parsed: ParsedBody,
+    chain: Chain,
+    scope: CacheScope,
+) -> None:
+    """Remember a body answered from the cache, and, for a hit on the chain's first hop,
+    which answer it got."""
+    ex.ctx.parse_memo.keep(body, parsed)
+    served = ex.served
+    if served is None or served.source.answer is None or served.hop is not chain.hops[0]:
+        return
+    answer = weakref.ref(served.source.answer)
+    parsed.last_hit = LastHit(identity, chain, scope.key(served.hop), answer)
 
 
 def _cache_scope(
@@ -197,23 +241,36 @@ async def _complete(
     ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
 ) -> None:
     served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope)
+    await _send_complete(ex, served, request)
+
+
+async def _send_complete(ex: _Exchange, served: Served, request: ChatRequest) -> None:
     _note_served(ex, served)
-    builder = ResponseBuilder()
     settled = served.settled()
     if settled is not None:
-        for event in settled:
-            builder.add(event)
+        response = _settled_response(ex.ctx.cache, served.source, settled)
     else:
+        builder = ResponseBuilder()
         try:
             async for event in served.events():
                 builder.add(event)
         finally:
             await served.aclose()
-    response = builder.build()
+        response = builder.build()
     ex.usage = response.usage
     body = completion_body(response, _completion_id(ex), request.model, int(time.time()))
     ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
     await send_bytes(ex.send, 200, [_JSON, *ex.meta.headers(ex.ctx.config.auth)], body)
+
+
+def _settled_response(cache: ResponseCache, source: CacheHop, events: list[Event]) -> ChatResponse:
+    """An answer already whole as one response; a cache entry's is built only once."""
+    answer = source.answer
+    if answer is not None and answer.response is not None:
+        return answer.response
+    response = ResponseBuilder().extend(events).build()
+    cache.keep_response(source, response)
+    return response
 
 
 async def _stream(
@@ -224,6 +281,10 @@ async def _stream(
     except ChainFailed as err:
         await ex.fail(err)
         return
+    await _send_stream(ex, served, request)
+
+
+async def _send_stream(ex: _Exchange, served: Served, request: ChatRequest) -> None:
     _note_served(ex, served)
     encoder = ChunkEncoder(
         _completion_id(ex), request.model, int(time.time()), request.include_usage
