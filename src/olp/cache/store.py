@@ -24,8 +24,8 @@ __all__ = ["CachedAnswer", "Store", "StoreStats"]
 
 
 # Not frozen (one is built per stored answer, and a frozen dataclass costs ~3x to build);
-# nobody changes one once made. Weakly referenceable: a request body's memo of its last
-# hit (`olp.server.parse_memo`) must not keep an answer the cache has dropped.
+# nobody changes its events once made. Weakly referenceable: a request body's memo of its
+# last hit (`olp.server.parse_memo`) must not keep an answer the cache has dropped.
 @dataclass(slots=True, weakref_slot=True)
 class CachedAnswer:
     """One complete answer: the events exactly as the upstream produced them."""
