@@ -104,7 +104,7 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         else:
             await _complete(ex, chain, request, scope)
         if ex.meta.cache == "hit" and scope is not None:
-            _keep_hit(ex, identity, body, parsed, chain, scope)  # it may well come again
+            _keep_hit(ex, identity, body, parsed, chain)  # it may well come again
     except OLPError as err:
         await ex.fail(err)
     except ClientGone:
@@ -154,21 +154,17 @@ async def _hit_again(
 
 
 def _keep_hit(
-    ex: _Exchange,
-    identity: Identity,
-    body: bytes,
-    parsed: ParsedBody,
-    chain: Chain,
-    scope: CacheScope,
+    ex: _Exchange, identity: Identity, body: bytes, parsed: ParsedBody, chain: Chain
 ) -> None:
     """Remember a body answered from the cache, and, for a hit on the chain's first hop,
     which answer it got."""
     ex.ctx.parse_memo.keep(body, parsed)
     served = ex.served
-    if served is None or served.source.answer is None or served.hop is not chain.hops[0]:
+    if served is None or served.hop is not chain.hops[0]:
         return
-    answer = weakref.ref(served.source.answer)
-    parsed.last_hit = LastHit(identity, chain, scope.key(served.hop), answer)
+    source = served.source
+    if source.answer is not None:
+        parsed.last_hit = LastHit(identity, chain, source.key, weakref.ref(source.answer))
 
 
 def _cache_scope(
