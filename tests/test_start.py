@@ -15,6 +15,7 @@ import orjson
 import pytest
 
 from olp.accounts import hash_key
+from olp.cli.common import client_base_url
 
 from fakes.upstream import FakeUpstream, Slow
 from olp_server import ProcessServer, write_config
@@ -152,3 +153,17 @@ def test_port_in_use_is_one_clear_error_before_anything_starts(tmp_path: Path) -
     # Nothing was made for a server that never ran: no owner key shown or stored.
     assert "olp_" not in proc.stderr
     assert not (home / "owner_key.sha256").exists()
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("127.0.0.1", "http://127.0.0.1:3456/v1"),
+        ("0.0.0.0", "http://127.0.0.1:3456/v1"),
+        ("::", "http://[::1]:3456/v1"),  # IPv6 only, as asyncio binds it
+        ("::1", "http://[::1]:3456/v1"),
+        ("olp.lan", "http://olp.lan:3456/v1"),
+    ],
+)
+def test_the_url_a_local_client_is_told(host: str, url: str) -> None:
+    assert client_base_url(host, 3456) == url

@@ -36,9 +36,10 @@ def base_url(host: str, port: int) -> str:
 
 def client_base_url(host: str, port: int) -> str:
     """The API root a client on this machine uses for a server bound to host:port."""
-    if host in ("0.0.0.0", "::", ""):  # bound to every address: loopback is one of them
-        host = "127.0.0.1"
-    return base_url(host, port)
+    # Bound to every address: loopback is one of them. "::" listens on IPv6 only (as
+    # asyncio binds it), so its loopback is ::1, not 127.0.0.1.
+    loopback = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}
+    return base_url(loopback.get(host, host), port)
 
 
 def load_or_exit(*, detect_local_servers: bool = True) -> Config:
