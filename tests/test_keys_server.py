@@ -160,9 +160,13 @@ def test_allow_lists_and_models_per_key(home: Path, server: ProcessServer) -> No
     assert served.status_code == 200
     assert served.headers["x-olp-provider-used"] == "beta"
 
-    # Changed from the CLI: the next /v1/models call follows.
+    # Changed from the CLI: the next /v1/models call and the next chat follow (a model
+    # this key was just allowed is not remembered as allowed).
     assert olp_keys(home, "set", "g", "--models", "b-*").returncode == 0
     assert globbed.models() == ["b-model"]
+    assert globbed.chat("a-large").json()["error"]["code"] == "model_not_allowed"
+    assert olp_keys(home, "set", "b", "--providers", "alpha,beta").returncode == 0
+    assert beta_only.chat("both").headers["x-olp-provider-used"] == "alpha"
 
 
 def test_a_usd_budget_fails_closed_on_models_olp_cannot_price(
@@ -196,6 +200,8 @@ def test_a_usd_budget_fails_closed_on_models_olp_cannot_price(
         assert free.chat("a-small").status_code == 200  # no budget, nothing to count
         assert olp_keys(home, "set", "kid", "--usd-month", "none").returncode == 0
         assert budget.chat("a-small").status_code == 200
+        # Without the budget the whole chain is the key's again: its first hop answers.
+        assert budget.chat("both").headers["x-olp-provider-used"] == "alpha"
 
 
 def test_owner_endpoints_refuse_members(home: Path, server: ProcessServer) -> None:

@@ -24,6 +24,10 @@ from olp.server.parse_memo import ParseMemo
 
 __all__ = ["AppContext"]
 
+# Distinct (key, model) pairs whose `authorize` answer is kept: far more than a household
+# uses; past it the memo starts afresh.
+_AUTHORIZED_KEPT = 4096
+
 
 @dataclass(slots=True)
 class AppContext:
@@ -50,6 +54,10 @@ class AppContext:
     health_checks: HealthChecks = field(default_factory=HealthChecks)
     # With the cache on: recently seen request bodies, already parsed and fingerprinted.
     parse_memo: ParseMemo = field(default_factory=ParseMemo)
+    # `authorize`'s answers: (id(identity), id(chain)) -> (identity, chain, usable chain).
+    _authorized: dict[tuple[int, int], tuple[Identity, Chain, Chain]] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     def token(self, req: Request) -> str | None:
         return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))
@@ -60,7 +68,22 @@ class AppContext:
         Those are the hops of providers outside the key's allow-list and, for a key with
         a monthly USD budget, the hops whose cost OLP could not count: a budget fails
         closed rather than count an unknown cost as $0.
+
+        The answer depends on nothing else, and neither changes in place: a key changed
+        from the CLI comes back as a new `Identity`, and the router keeps one `Chain` per
+        model. So it is remembered by the two objects themselves (a refusal is not).
         """
+        at = (id(identity), id(chain))
+        known = self._authorized.get(at)
+        if known is not None and known[0] is identity and known[1] is chain:
+            return known[2]
+        usable = self._usable_chain(identity, chain)
+        if len(self._authorized) >= _AUTHORIZED_KEPT:
+            self._authorized.clear()  # (old keys' entries; the live ones come straight back)
+        self._authorized[at] = (identity, chain, usable)
+        return usable
+
+    def _usable_chain(self, identity: Identity, chain: Chain) -> Chain:
         providers = chain.providers()
         check_access(identity, chain.name, providers)
         if identity.allowed_providers is not None:
