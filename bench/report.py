@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bench.loadgen import LoadResult
+from bench.stats import CONFIDENCE, PairedCost, paired_cost
 
 # OLP's p50 latency minus the upstream's own, at 1 connection: the passthrough's ~0.4 ms
 # plus 0.6 ms for OLP's real work (auth, routing, JSON in and out).
@@ -128,6 +129,7 @@ class RunInfo:
     duration_s: float
     rounds: int
     loadgen_procs: int
+    pair_rounds: int  # rounds of each cost line's pair (its own extra rounds included)
     notes: list[str] = field(default_factory=list)
     legend: list[tuple[str, str]] = field(default_factory=list)  # row -> what it measures
     # GET /cache/stats totals of the cache variants after the run (hits, misses, …).
@@ -190,12 +192,24 @@ def budget_lines(cells: list[Cell]) -> list[str]:
     return rows
 
 
-def _verdict(ok: bool, *cells: Cell, invalid: str | None = None) -> str:
+def _verdict(ok: bool | None, *cells: Cell, invalid: str | None = None) -> str:
+    """`ok` None: the measurement could not tell (a cost whose interval spans the budget)."""
     if any(c.errors for c in cells):
         return "INVALID (errors)"
     if invalid:
         return f"INVALID ({invalid})"
+    if ok is None:
+        return "**INCONCLUSIVE** (the interval spans the budget)"
     return "**PASS**" if ok else "**FAIL**"
+
+
+def _interval(paired: PairedCost) -> str:
+    if paired.low is None or paired.high is None:
+        return f"{paired.pairs} paired round(s): too few for an interval"
+    return (
+        f"{CONFIDENCE:.0%} interval {_pct(paired.low)} to {_pct(paired.high)}, "
+        f"{paired.pairs} paired rounds"
+    )
 
 
 def _pct(x: float) -> str:
@@ -295,16 +309,16 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
             base, cell = _find(cells, base_name, stream, 64), _find(cells, name, stream, 64)
             budget = f"cost < {max_cost:.0%}"
             if base and cell:
-                cost = 1 - cell.rps / base.rps if base.rps else math.nan
+                paired = paired_cost([r.rps for r in cell.rounds], [r.rps for r in base.rounds])
                 cpu, base_cpu = _proxy_cpu(cell), _proxy_cpu(base)
                 line(
                     title,
                     stream,
-                    f"cost {_pct(cost)} ({_num(cell.rps)} req/s, ratio {1 - cost:.3f}); "
+                    f"cost {_pct(paired.cost)} ({_interval(paired)}); {_num(cell.rps)} req/s; "
                     f"OLP CPU {_num(cpu)} µs/req",
                     f"{base_name} {_num(base.rps)} req/s; OLP CPU {_num(base_cpu)} µs/req",
                     budget,
-                    _verdict(cost < max_cost, base, cell, invalid=problem()),
+                    _verdict(paired.verdict(max_cost), base, cell, invalid=problem()),
                 )
             else:
                 line(title, stream, "not measured", "—", budget, "not measured")
@@ -425,7 +439,8 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         f"- Machine: {info.cores} cores ({info.cpu_model}), Linux {info.kernel}, "
         f"Python {info.python}; {versions}.",
         f"- Each cell: {info.rounds} round(s) of {info.warmup_s:g} s warm-up + "
-        f"{info.duration_s / info.rounds:g} s measured, targets interleaved round by round; "
+        f"{info.duration_s / info.rounds:g} s measured (the cost lines' rows: "
+        f"{info.pair_rounds} rounds), targets interleaved round by round; "
         f"closed loop, keep-alive connections, {info.loadgen_procs} generator process(es).",
         "- Everything (generator, upstream, proxy) shares the same cores: read throughput as "
         "relative, side by side, not as what a dedicated host would do.",
@@ -441,12 +456,16 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         "",
         "### Cache (issue 5), keys and ledger (issue 4)",
         "",
-        "Each comparison's rows ran in the same round-robin rounds; a cost is "
-        "1 − (row's req/s / baseline's req/s), and the verdict rests on it. OLP's CPU per "
-        "request, which does not depend on how the cores were shared, is given beside it "
-        "as a cross-check. The new rows run only at the connection "
-        "counts these lines read (cache hit: 1 and 64; the others: 64), to keep a full run "
-        "near 6 minutes.",
+        "A cost line compares a row with its baseline round by round: both ran in the same "
+        f"rounds, and each cost line's pair ran {info.pair_rounds} rounds (the extra ones "
+        "back to back, alternating which goes first). The cost is 1 − the median of the "
+        "per-round ratios (row's req/s / baseline's req/s), given with the "
+        f"{CONFIDENCE:.0%} interval of that median (order statistics, no distribution "
+        "assumed). **PASS**: the whole interval is under the budget; **FAIL**: the whole "
+        "interval is at or over it; **INCONCLUSIVE**: the interval spans it, and this "
+        "machine was too noisy to tell. OLP's CPU per request, which does not depend on how "
+        "the cores were shared, is given beside it as a cross-check. The new rows run only "
+        "at the connection counts these lines read (cache hit: 1 and 64; the others: 64).",
         "",
         *issue_budget_lines(cells, info),
         "",

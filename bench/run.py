@@ -28,7 +28,7 @@ from olp.accounts import KeyLimits
 
 from bench.measure import Round, Workload, measure_round, run_loadgen, to_cell
 from bench.payloads import MODEL, TOKEN
-from bench.report import Cell, RunInfo, render
+from bench.report import MEMBER, MEMBER_BASE, MISS, MISS_BASE, Cell, RunInfo, render
 from bench.targets import SMOKE_REQUESTS, OlpLaunch, Targets, Variant
 
 REPO = Path(__file__).resolve().parent.parent
@@ -133,6 +133,10 @@ ROWS = (
 )
 
 
+# The cost lines' (row, baseline) pairs: each gets `--pair-rounds` paired rounds.
+COST_PAIRS = ((MISS, MISS_BASE), (MEMBER, MEMBER_BASE))
+
+
 def olp_argv(port: int) -> list[str]:
     return [sys.executable, "-m", "olp", "start", "--host", "127.0.0.1", "--port", str(port)]
 
@@ -169,7 +173,6 @@ class Runner:
 
     def cells(self) -> list[Cell]:
         args = self.args
-        servers = list(self.targets.servers.values())
         per_round = args.duration / args.rounds
         cells = []
         for stream in (False, True):
@@ -181,24 +184,38 @@ class Runner:
                     # Round-robin with a rotating start, so a burst of outside load or a
                     # slow start after the previous row spreads over all rows alike.
                     for row in rows[i % len(rows) :] + rows[: i % len(rows)]:
-                        result = measure_round(
-                            self.workload(row),
-                            stream,
-                            conns,
-                            args.warmup,
-                            per_round,
-                            args.procs,
-                            servers,
-                            self.targets.involved(row.endpoint),
-                        )
-                        rounds[row.name].append(result)
-                        self.answered[row.endpoint] += result.load.total_requests
-                        time.sleep(0.1)  # let closed sockets drain before the next round
+                        rounds[row.name].append(self.measure(row, stream, conns, per_round))
+                # A cost line reads round i of its row against round i of its baseline:
+                # its pair gets rounds of its own, back to back, alternating who goes first.
+                for pair in self.pairs(rows):
+                    for j in range(args.pair_rounds - args.rounds):
+                        for row in pair if j % 2 == 0 else pair[::-1]:
+                            rounds[row.name].append(self.measure(row, stream, conns, per_round))
                 for row in rows:
                     proxy = self.targets.endpoints[row.endpoint].server
                     cells.append(to_cell(row.name, proxy, stream, conns, rounds[row.name]))
                     _progress(cells[-1])
         return cells
+
+    def measure(self, row: Row, stream: bool, conns: int, duration: float) -> Round:
+        result = measure_round(
+            self.workload(row),
+            stream,
+            conns,
+            self.args.warmup,
+            duration,
+            self.args.procs,
+            list(self.targets.servers.values()),
+            self.targets.involved(row.endpoint),
+        )
+        self.answered[row.endpoint] += result.load.total_requests
+        time.sleep(0.1)  # let closed sockets drain before the next round
+        return result
+
+    def pairs(self, rows: list[Row]) -> list[tuple[Row, Row]]:
+        """The (row, baseline) pairs of the cost lines among `rows`."""
+        by_name = {r.name: r for r in rows}
+        return [(by_name[a], by_name[b]) for a, b in COST_PAIRS if a in by_name and b in by_name]
 
     def prime(self, stream: bool) -> None:
         """Unmeasured load on every row first: lazy imports, pools, first-call paths, and
@@ -247,6 +264,7 @@ def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
         duration_s=args.duration,
         rounds=args.rounds,
         loadgen_procs=args.procs,
+        pair_rounds=args.pair_rounds,
         legend=[(r.name, r.about) for r in ROWS if not args.no_olp or r.endpoint in _NO_OLP],
     )
 
@@ -260,16 +278,23 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="measured seconds per cell (all rounds)")
     parser.add_argument("--rounds", type=int, help="rounds each cell's duration is split into")
     parser.add_argument("--warmup", type=float, help="unmeasured seconds before each round")
+    parser.add_argument(
+        "--pair-rounds",
+        type=int,
+        help="rounds of each cost line's row and baseline, paired (at least --rounds; "
+        "default 30, --quick: 1): the more, the narrower the cost's interval",
+    )
     parser.add_argument("--procs", type=int, default=1, help="load generator processes")
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md")
     parser.add_argument("--raw-dir", type=Path, default=REPO / "bench" / "results")
     args = parser.parse_args(argv)
-    quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3}
-    full = {"duration": 5.0, "rounds": 5, "warmup": 0.3}
+    quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3, "pair_rounds": 1}
+    full = {"duration": 5.0, "rounds": 5, "warmup": 0.3, "pair_rounds": 30}
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    args.pair_rounds = max(args.pair_rounds, args.rounds)
     return args
 
 
