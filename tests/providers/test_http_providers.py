@@ -482,6 +482,49 @@ def test_garbage_is_an_upstream_error(upstream: FakeUpstream, kind: str, stream:
     assert error.message.startswith("malformed response from upstream: ")
 
 
+@pytest.mark.parametrize(
+    ("kind", "body", "detail"),
+    [
+        ("openai", b'{"choices":[{"message":{"content":"hi","tool_calls":"oops"}}]}',
+         "tool_calls is not a list of objects"),
+        ("openai", b'{"choices":[{"message":{"tool_calls":[null]}}]}',
+         "tool_calls is not a list of objects"),
+        ("anthropic", b'{"type":"message","content":[null],"stop_reason":"end_turn"}',
+         "content block is not an object"),
+    ],
+)  # fmt: skip
+def test_json_of_the_wrong_shape_is_a_malformed_answer(
+    upstream: FakeUpstream, kind: str, body: bytes, detail: str
+) -> None:
+    # Valid JSON, wrong shape: named as what it is, not as a bug in OLP's provider.
+    upstream.script(Garbage(body))
+    error = fails(make(kind, upstream.base_url), request(False))
+    assert error.failure is Failure.UPSTREAM_ERROR
+    assert error.message.startswith("malformed response from upstream: ")
+    assert detail in error.message
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_nonsense_usage_counts_are_dropped_not_trusted(upstream: FakeUpstream, kind: str) -> None:
+    usage = (
+        b'{"prompt_tokens":"12","completion_tokens":1e300,"cost":-5,"prompt_tokens_details":[1]}'
+        if kind == "openai"
+        else b'{"input_tokens":[3],"output_tokens":99999999999999999999999,'
+        b'"cache_read_input_tokens":-4}'
+    )
+    body = (
+        b'{"choices":[{"message":{"content":"hi"},"finish_reason":"stop"}],"usage":' + usage + b"}"
+        if kind == "openai"
+        else b'{"type":"message","content":[{"type":"text","text":"hi"}],'
+        b'"stop_reason":"end_turn","usage":' + usage + b"}"
+    )
+    upstream.script(Garbage(body))
+    events, error = collect(make(kind, upstream.base_url), request(False))
+    assert error is None
+    assert [e for e in events if isinstance(e, Usage)] == [Usage()]
+    assert text_of(events) == "hi"
+
+
 def test_garbage_inside_an_event_stream(upstream: FakeUpstream) -> None:
     upstream.script(Garbage(b"data: {broken\n\n", content_type="text/event-stream"))
     error = fails(make("openai", upstream.base_url), request(True))

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from olp.ir import FinishReason, Usage
+from olp.providers._lenient import count, usd
 
 __all__ = ["finish_reason", "usage_from"]
 
@@ -37,17 +38,13 @@ def usage_from(raw: object, cost: object = None, *, cache_in_input: bool = False
     relays OpenAI's prompt_tokens). `cost`: a CLI's own figure for the turn, if any.
     """
     doc: dict[str, Any] = raw if isinstance(raw, dict) else {}
-    read = _int(doc.get("cache_read_input_tokens"))
-    write = _int(doc.get("cache_creation_input_tokens"))
-    prompt = _int(doc.get("input_tokens")) + (0 if cache_in_input else read + write)
+    read = count(doc.get("cache_read_input_tokens"))
+    write = count(doc.get("cache_creation_input_tokens"))
+    prompt = count(doc.get("input_tokens")) + (0 if cache_in_input else read + write)
     return Usage(
         prompt_tokens=prompt,
-        completion_tokens=_int(doc.get("output_tokens")),
+        completion_tokens=count(doc.get("output_tokens")),
         cached_prompt_tokens=read,
         cache_write_tokens=write,
-        cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        cost_usd=usd(cost),
     )
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0

@@ -21,6 +21,7 @@ from olp.ir import (
 )
 from olp.providers._anthropic_messages import finish_reason, usage_from
 from olp.providers._http_errors import error_from_payload
+from olp.providers._lenient import json_text, obj, text
 from olp.wire.sse import SSEMessage
 
 __all__ = ["StreamParser", "events_from_response", "finish_reason", "usage_from"]
@@ -45,14 +46,17 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
     events: list[Event] = []
     tools = 0
     for block in content:
+        if not isinstance(block, dict):
+            raise _malformed(provider, f"content block is not an object: {str(block)[:120]!r}")
         kind = block.get("type")
-        if kind == "text" and block.get("text"):
-            events.append(TextDelta(block["text"]))
-        elif kind == "thinking" and block.get("thinking"):
-            events.append(ReasoningDelta(block["thinking"]))
+        if kind == "text" and (said := text(block.get("text"))):
+            events.append(TextDelta(said))
+        elif kind == "thinking" and (thought := text(block.get("thinking"))):
+            events.append(ReasoningDelta(thought))
         elif kind == "tool_use":
-            arguments = orjson.dumps(block.get("input") or {}).decode()
-            events.append(ToolCallDelta(tools, block.get("id"), block.get("name"), arguments))
+            arguments = json_text(block.get("input"))
+            call_id, name = text(block.get("id")), text(block.get("name"))
+            events.append(ToolCallDelta(tools, call_id, name, arguments))
             tools += 1
     usage = doc.get("usage")
     if isinstance(usage, dict):
@@ -95,9 +99,9 @@ class StreamParser:
         if kind == "content_block_stop":
             return self._stop_block(doc)
         if kind == "message_start":
-            self._merge_usage((doc.get("message") or {}).get("usage"))
+            self._merge_usage(obj(doc.get("message")).get("usage"))
         elif kind == "message_delta":
-            self._stop = (doc.get("delta") or {}).get("stop_reason") or self._stop
+            self._stop = obj(doc.get("delta")).get("stop_reason") or self._stop
             self._merge_usage(doc.get("usage"))
         elif kind == "message_stop":
             return self.end()
@@ -121,44 +125,50 @@ class StreamParser:
                     self._usage[key] = value
 
     def _start(self, doc: dict[str, Any]) -> list[Event]:
-        block = doc.get("content_block") or {}
+        block = obj(doc.get("content_block"))
         kind = block.get("type")
         if kind == "tool_use":
             tool = len(self._block_tool)
-            self._block_tool[doc.get("index", tool)] = tool
+            self._block_tool[_index(doc, tool)] = tool
             self._no_args.add(tool)
-            return [ToolCallDelta(tool, block.get("id"), block.get("name"), "")]
-        if kind == "text" and block.get("text"):
-            return [TextDelta(block["text"])]
-        if kind == "thinking" and block.get("thinking"):
-            return [ReasoningDelta(block["thinking"])]
+            return [ToolCallDelta(tool, text(block.get("id")), text(block.get("name")), "")]
+        if kind == "text" and (said := text(block.get("text"))):
+            return [TextDelta(said)]
+        if kind == "thinking" and (thought := text(block.get("thinking"))):
+            return [ReasoningDelta(thought)]
         return []
 
     def _delta(self, doc: dict[str, Any]) -> list[Event]:
-        delta = doc.get("delta") or {}
+        delta = obj(doc.get("delta"))
         kind = delta.get("type")
         if kind == "text_delta":
-            text = delta.get("text")
-            return [TextDelta(text)] if text else []
+            said = text(delta.get("text"))
+            return [TextDelta(said)] if said else []
         if kind == "input_json_delta":
-            piece = delta.get("partial_json")
-            tool = self._block_tool.get(doc.get("index", -1))
+            piece = text(delta.get("partial_json"))
+            tool = self._block_tool.get(_index(doc, -1))
             if not piece or tool is None:
                 return []
             self._no_args.discard(tool)
             return [ToolCallDelta(tool, arguments=piece)]
         if kind == "thinking_delta":
-            thinking = delta.get("thinking")
+            thinking = text(delta.get("thinking"))
             return [ReasoningDelta(thinking)] if thinking else []
         return []  # signature_delta, citations_delta: nothing an OpenAI client can use
 
     def _stop_block(self, doc: dict[str, Any]) -> list[Event]:
-        tool = self._block_tool.get(doc.get("index", -1))
+        tool = self._block_tool.get(_index(doc, -1))
         if tool is not None and tool in self._no_args:
             # A call without parameters streams no JSON at all; clients expect an object.
             self._no_args.discard(tool)
             return [ToolCallDelta(tool, arguments="{}")]
         return []
+
+
+def _index(doc: dict[str, Any], default: int) -> int:
+    """A content block's `index` (an integer; anything else is as good as absent)."""
+    index = doc.get("index", default)
+    return index if isinstance(index, int) and not isinstance(index, bool) else default
 
 
 def _malformed(provider: str, detail: str) -> ProviderError:

@@ -27,6 +27,7 @@ import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, ReasoningDelta, TextDelta, Usage
+from olp.providers._lenient import count
 from olp.providers.base import QuotaSnapshot
 from olp.providers.codex_cli import failures, translate
 from olp.providers.codex_cli.translate import RpcId
@@ -202,11 +203,11 @@ def usage_from(token_usage: Any) -> Usage | None:
     if not isinstance(total, dict):
         return None
     return Usage(
-        prompt_tokens=_int(total.get("inputTokens")),
-        completion_tokens=_int(total.get("outputTokens")),
-        cached_prompt_tokens=_int(total.get("cachedInputTokens")),
-        cache_write_tokens=_int(total.get("cacheWriteInputTokens")),
-        reasoning_tokens=_int(total.get("reasoningOutputTokens")),
+        prompt_tokens=count(total.get("inputTokens")),
+        completion_tokens=count(total.get("outputTokens")),
+        cached_prompt_tokens=count(total.get("cachedInputTokens")),
+        cache_write_tokens=count(total.get("cacheWriteInputTokens")),
+        reasoning_tokens=count(total.get("reasoningOutputTokens")),
     )
 
 
@@ -243,10 +244,6 @@ def quota_from_rate_limits(limits: Any) -> QuotaSnapshot | None:
         source="codex app-server account/rateLimits/updated",
         extra=extra,
     )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0
 
 
 def _last_line(text: str) -> str:

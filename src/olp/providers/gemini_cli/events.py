@@ -26,6 +26,7 @@ import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, TextDelta, Usage
+from olp.providers._lenient import count
 
 __all__ = ["GeminiStream", "classify", "next_midnight", "status_from_exit", "usage_from_stats"]
 
@@ -192,13 +193,13 @@ def usage_from_stats(stats: Any) -> Usage | None:
     """`result.stats{input_tokens, output_tokens, cached}` → Usage."""
     if not isinstance(stats, dict):
         return None
-    prompt, completion = _int(stats.get("input_tokens")), _int(stats.get("output_tokens"))
+    prompt, completion = count(stats.get("input_tokens")), count(stats.get("output_tokens"))
     if not prompt and not completion:
         return None
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cached_prompt_tokens=_int(stats.get("cached")),
+        cached_prompt_tokens=count(stats.get("cached")),
     )
 
 
@@ -206,7 +207,3 @@ def _last_lines(stderr: str) -> str:
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip() and not ln.startswith(" ")]
     useful = [ln for ln in lines if not ln.startswith(("Warning:", "Ripgrep", "[STARTUP]"))]
     return " ".join(useful[-3:])[-600:]
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0

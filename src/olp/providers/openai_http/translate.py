@@ -31,6 +31,7 @@ from olp.ir import (
     json_default,
 )
 from olp.providers._http_errors import error_from_payload
+from olp.providers._lenient import count, items, json_text, obj, text, usd
 from olp.wire.sse import SSEMessage
 
 __all__ = [
@@ -154,17 +155,17 @@ def finish_reason(value: object, saw_tool_calls: bool) -> FinishReason:
 def usage_from(raw: Any) -> Usage | None:
     if not isinstance(raw, dict):
         return None
-    prompt_details = raw.get("prompt_tokens_details") or {}
-    completion_details = raw.get("completion_tokens_details") or {}
+    prompt_details = obj(raw.get("prompt_tokens_details"))
+    completion_details = obj(raw.get("completion_tokens_details"))
     # DeepSeek reports cache hits at the top level instead of in the details.
-    cached = prompt_details.get("cached_tokens") or raw.get("prompt_cache_hit_tokens") or 0
+    cached = count(prompt_details.get("cached_tokens")) or count(raw.get("prompt_cache_hit_tokens"))
     cost = raw.get("cost")  # OpenRouter's own figure
     return Usage(
-        prompt_tokens=int(raw.get("prompt_tokens") or 0),
-        completion_tokens=int(raw.get("completion_tokens") or 0),
-        cached_prompt_tokens=int(cached),
-        reasoning_tokens=int(completion_details.get("reasoning_tokens") or 0),
-        cost_usd=float(cost) if isinstance(cost, int | float) else None,
+        prompt_tokens=count(raw.get("prompt_tokens")),
+        completion_tokens=count(raw.get("completion_tokens")),
+        cached_prompt_tokens=cached,
+        reasoning_tokens=count(completion_details.get("reasoning_tokens")),
+        cost_usd=usd(cost),
     )
 
 
@@ -178,7 +179,7 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise _malformed(provider, "answer has no choices")
     choice = choices[0]
-    message = choice.get("message") or {}
+    message = obj(choice.get("message"))
     events: list[Event] = []
     reasoning = message.get("reasoning_content") or message.get("reasoning")
     if isinstance(reasoning, str) and reasoning:
@@ -186,17 +187,17 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
     content = message.get("content")
     if isinstance(content, str) and content:
         events.append(TextDelta(content))
-    calls = message.get("tool_calls") or ()
+    calls = _tool_calls(provider, message.get("tool_calls"))
     for i, call in enumerate(calls):
-        function = call.get("function") or {}
+        function = obj(call.get("function"))
         args = function.get("arguments")
         events.append(
             ToolCallDelta(
                 index=i,
-                id=call.get("id"),
-                name=function.get("name"),
+                id=text(call.get("id")),
+                name=text(function.get("name")),
                 # Some servers send the arguments as an object rather than JSON text.
-                arguments=args if isinstance(args, str) else orjson.dumps(args or {}).decode(),
+                arguments=args if isinstance(args, str) else json_text(args),
             )
         )
     usage = usage_from(doc.get("usage"))
@@ -204,6 +205,15 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
         events.append(usage)
     events.append(Finish(finish_reason(choice.get("finish_reason"), bool(calls))))
     return events
+
+
+def _tool_calls(provider: str, raw: object) -> list[dict[str, Any]]:
+    """A message's or a delta's `tool_calls`: a list of objects (null or absent: none)."""
+    if not raw:
+        return []
+    if not isinstance(raw, list) or not all(isinstance(call, dict) for call in raw):
+        raise _malformed(provider, f"tool_calls is not a list of objects: {str(raw)[:120]!r}")
+    return raw
 
 
 class StreamParser:
@@ -235,14 +245,13 @@ class StreamParser:
         usage = chunk.get("usage")
         if usage:
             self._usage = usage_from(usage)
-        choices = chunk.get("choices")
+        choices = items(chunk.get("choices"))
         if not choices:
             return []
-        choice = choices[0]
+        choice = obj(choices[0])
         if choice.get("finish_reason"):
             self._finish = choice["finish_reason"]
-        delta = choice.get("delta")
-        return self._delta(delta) if delta else []
+        return self._delta(obj(choice.get("delta")))
 
     def end(self) -> list[Event]:
         """The stream is complete: usage, then the held finish."""
@@ -261,21 +270,26 @@ class StreamParser:
         content = delta.get("content")
         if content and isinstance(content, str):
             events.append(TextDelta(content))
-        calls = delta.get("tool_calls")
+        calls = _tool_calls(self._provider, delta.get("tool_calls"))
         if calls:
             self._tool_calls = True
             for position, call in enumerate(calls):
-                function = call.get("function") or {}
+                function = obj(call.get("function"))
+                index = call.get("index", position)
                 events.append(
                     ToolCallDelta(
                         # Servers that send each call whole omit the index.
-                        index=call.get("index", position),
-                        id=call.get("id") or None,
-                        name=function.get("name") or None,
-                        arguments=function.get("arguments") or "",
+                        index=index if _is_index(index) else position,
+                        id=text(call.get("id")) or None,
+                        name=text(function.get("name")) or None,
+                        arguments=text(function.get("arguments")) or "",
                     )
                 )
         return events
+
+
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1024
 
 
 def _malformed(provider: str, detail: str) -> ProviderError:

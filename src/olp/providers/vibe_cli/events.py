@@ -28,6 +28,7 @@ import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, ReasoningDelta, TextDelta, Usage
+from olp.providers._lenient import count, usd
 
 __all__ = ["VibeStream", "classify", "usage_from_export"]
 
@@ -174,18 +175,14 @@ def usage_from_export(export: Mapping[str, Any] | None) -> Usage | None:
     usage = (export or {}).get("usage")
     if not isinstance(usage, dict):
         return None
-    prompt, completion = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+    prompt, completion = count(usage.get("input_tokens")), count(usage.get("output_tokens"))
     if not prompt and not completion:
         return None
     cost = (export or {}).get("cost_usd")
     return Usage(
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cached_prompt_tokens=_int(usage.get("cached_input_tokens")),
+        cached_prompt_tokens=count(usage.get("cached_input_tokens")),
         # 0.0 means "no price known for this model", not "free".
-        cost_usd=float(cost) if isinstance(cost, int | float) and cost > 0 else None,
+        cost_usd=usd(cost) or None,
     )
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and value > 0 else 0

@@ -1,0 +1,433 @@
+"""Every parser of untrusted input, fed whatever Hypothesis can make of it.
+
+A client's request body, an upstream's JSON and SSE, a CLI's stdout lines, exit status and
+stderr: each may be malformed, and each parser must then raise OLP's own error (which the
+server turns into an OpenAI-shaped answer or a fallback) — never a KeyError, TypeError,
+AttributeError, IndexError or RecursionError, which would be a 500 with a traceback in
+the log. Inputs are arbitrary bytes and JSON, and real captured lines (tests/fixtures/cli)
+with one part replaced or removed, which reach deeper than random JSON would.
+
+The examples are derandomized, so CI always runs the same ones; raise OLP_FUZZ_EXAMPLES
+(e.g. 20000) to explore further on your own machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, get_args
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from olp.cache.keys import request_fingerprint
+from olp.errors import OLPError
+from olp.ir import (
+    ChatRequest,
+    Event,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallDelta,
+    Usage,
+)
+from olp.providers.anthropic_http import events as anthropic_events
+from olp.providers.anthropic_http.translate import build_payload as anthropic_payload
+from olp.providers.claude_cli.translate import ClaudeTranslator
+from olp.providers.codex_cli.events import AppServerTurn
+from olp.providers.gemini_cli.events import GeminiStream
+from olp.providers.openai_http import translate as openai
+from olp.providers.qwen_cli.translate import QwenTranslator
+from olp.providers.vibe_cli.events import VibeStream
+from olp.wire.openai_chat.parse import parse_chat_request
+from olp.wire.sse import SSEDecoder
+
+FIXTURES = Path(__file__).parent / "fixtures" / "cli"
+FINISH_REASONS = get_args(FinishReason)
+
+FUZZ = settings(
+    max_examples=int(os.environ.get("OLP_FUZZ_EXAMPLES", "150")),
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=40)
+)
+json_values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
+    ),
+    max_leaves=16,
+)
+
+
+def _dumps(doc: Any) -> bytes:
+    # The stdlib writes what orjson refuses (integers past 64 bits), as a client may.
+    return json.dumps(doc).encode()
+
+
+def _paths(doc: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield at
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            yield from _paths(value, (*at, key))
+    elif isinstance(doc, list):
+        for i, value in enumerate(doc):
+            yield from _paths(value, (*at, i))
+
+
+def _mutated(doc: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    if isinstance(doc, dict):
+        copy = dict(doc)
+        if delete and not rest:
+            copy.pop(head, None)
+        else:
+            copy[head] = _mutated(doc[head], rest, value, delete)
+        return copy
+    copy_list = list(doc)
+    if delete and not rest:
+        del copy_list[head]
+    else:
+        copy_list[head] = _mutated(doc[head], rest, value, delete)
+    return copy_list
+
+
+@st.composite
+def mutations(draw: st.DrawFn, docs: list[Any]) -> Any:
+    """One of `docs`, with one value somewhere in it replaced by any JSON, or removed."""
+    doc = docs[draw(st.integers(0, len(docs) - 1))]  # (an index: a short repr)
+    path = draw(st.sampled_from(list(_paths(doc))))
+    return _mutated(doc, path, draw(json_values), draw(st.booleans()))
+
+
+def _fixture_lines(cli: str) -> list[Any]:
+    docs = []
+    for path in sorted((FIXTURES / cli).glob("*.jsonl")):
+        for line in path.read_bytes().splitlines():
+            try:
+                docs.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue  # stray non-JSON output is in the fixtures on purpose
+    assert docs, f"no captured {cli} lines"
+    return docs
+
+
+def _lines(docs: list[Any]) -> st.SearchStrategy[bytes]:
+    """Stdout lines: captured, captured and mutated, any JSON, or any bytes."""
+    return st.one_of(
+        st.integers(0, len(docs) - 1).map(lambda i: _dumps(docs[i])),
+        mutations(docs).map(_dumps),
+        json_values.map(_dumps),
+        st.binary(max_size=200),
+    )
+
+
+def _valid(events: object) -> None:
+    """Events a parser returned have the IR's types: the encoders rely on them."""
+    assert isinstance(events, list)
+    for event in events:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            assert isinstance(event.text, str)
+        elif isinstance(event, ToolCallDelta):
+            assert type(event.index) is int and event.index >= 0
+            assert event.id is None or isinstance(event.id, str)
+            assert event.name is None or isinstance(event.name, str)
+            assert isinstance(event.arguments, str)
+        elif isinstance(event, Usage):
+            counts = (event.prompt_tokens, event.completion_tokens, event.cached_prompt_tokens,
+                      event.cache_write_tokens, event.reasoning_tokens)  # fmt: skip
+            assert all(type(n) is int and 0 <= n < 2**53 for n in counts)
+            assert event.cost_usd is None or (type(event.cost_usd) is float and event.cost_usd >= 0)
+        else:
+            assert isinstance(event, Finish) and event.reason in FINISH_REASONS
+
+
+def _events_or_olp_error(call: Callable[[], object]) -> None:
+    with contextlib.suppress(OLPError):
+        _valid(call())
+
+
+# -- the client's request ------------------------------------------------------------------
+
+VALID_REQUESTS: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.2,
+        "max_tokens": 50,
+        "stop": ["x"],
+        "seed": 7,
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a": 1}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object"}, "strict": True},
+            }
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
+    },
+]
+
+
+def _check_request(body: bytes) -> None:
+    try:
+        request = parse_chat_request(body)
+    except OLPError:
+        return
+    assert isinstance(request, ChatRequest)
+    # What a parsed request goes on to: its cache key and both HTTP providers' payloads.
+    request_fingerprint(request)
+    openai.encode_payload(openai.build_payload(request))
+    with contextlib.suppress(OLPError):
+        anthropic_payload("anthropic", request)
+
+
+@FUZZ
+@given(st.binary(max_size=300))
+def test_request_body_any_bytes(body: bytes) -> None:
+    _check_request(body)
+
+
+@FUZZ
+@given(json_values)
+def test_request_body_any_json(doc: Any) -> None:
+    _check_request(_dumps(doc))
+
+
+@FUZZ
+@given(mutations(VALID_REQUESTS))
+def test_request_body_almost_valid(doc: Any) -> None:
+    _check_request(_dumps(doc))
+
+
+def test_request_body_nested_beyond_any_limit() -> None:
+    deep = b'{"model":"m","messages":[{"role":"user","content":' + b"[" * 5000 + b"]" * 5000
+    _check_request(deep + b"}]}")
+
+
+# -- HTTP upstreams --------------------------------------------------------------------------
+
+OPENAI_CHUNKS: list[Any] = [
+    {"choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}}]},
+    {
+        "choices": [
+            {
+                "index": 0,
+                "delta": {
+                    "tool_calls": [
+                        {"index": 0, "id": "c", "function": {"name": "f", "arguments": "{"}}
+                    ]
+                },
+            }
+        ]
+    },
+    {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
+    {"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2,
+                              "prompt_tokens_details": {"cached_tokens": 1}}},
+    {"error": {"message": "overloaded", "type": "server_error", "code": 529}},
+]  # fmt: skip
+OPENAI_RESPONSES: list[Any] = [
+    {
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "hi", "tool_calls": None},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5},
+    }
+]
+ANTHROPIC_EVENTS: list[Any] = [
+    {"type": "message_start", "message": {"usage": {"input_tokens": 3, "output_tokens": 1}}},
+    {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hi"}},
+    {"type": "content_block_start", "index": 1,
+     "content_block": {"type": "tool_use", "id": "t", "name": "f", "input": {}}},
+    {"type": "content_block_delta", "index": 1,
+     "delta": {"type": "input_json_delta", "partial_json": "{}"}},
+    {"type": "content_block_delta", "index": 2,
+     "delta": {"type": "thinking_delta", "thinking": "h"}},
+    {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}},
+    {"type": "message_stop"},
+    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+]  # fmt: skip
+ANTHROPIC_RESPONSES: list[Any] = [
+    {
+        "type": "message",
+        "content": [
+            {"type": "text", "text": "hi"},
+            {"type": "thinking", "thinking": "hm"},
+            {"type": "tool_use", "id": "t", "name": "f", "input": {"a": 1}},
+        ],
+        "stop_reason": "tool_use",
+        "usage": {"input_tokens": 3, "output_tokens": 2, "cache_read_input_tokens": 1},
+    }
+]
+
+
+def _chunks(docs: list[Any]) -> st.SearchStrategy[list[Any]]:
+    captured = st.integers(0, len(docs) - 1).map(docs.__getitem__)
+    return st.lists(st.one_of(captured, mutations(docs), json_values), max_size=8)
+
+
+@FUZZ
+@given(_chunks(OPENAI_CHUNKS), st.text(max_size=30))
+def test_openai_stream(chunks: list[Any], raw: str) -> None:
+    parser = openai.StreamParser("up")
+    for data in [*(_dumps(c).decode() for c in chunks), raw, "[DONE]"]:
+        try:
+            _valid(parser.feed(data))
+        except OLPError:
+            return
+
+
+@FUZZ
+@given(st.one_of(mutations(OPENAI_RESPONSES), json_values))
+def test_openai_response(doc: Any) -> None:
+    _events_or_olp_error(lambda: openai.events_from_response("up", doc))
+
+
+@FUZZ
+@given(_chunks(ANTHROPIC_EVENTS), st.none() | st.text(max_size=20))
+def test_anthropic_stream(chunks: list[Any], event_name: str | None) -> None:
+    parser = anthropic_events.StreamParser("up")
+    for chunk in chunks:
+        name = chunk.get("type") if isinstance(chunk, dict) else event_name
+        try:
+            _valid(
+                parser.feed(name if isinstance(name, str) else event_name, _dumps(chunk).decode())
+            )
+        except OLPError:
+            return
+    _valid(parser.end())
+
+
+@FUZZ
+@given(st.one_of(mutations(ANTHROPIC_RESPONSES), json_values))
+def test_anthropic_response(doc: Any) -> None:
+    _events_or_olp_error(lambda: anthropic_events.events_from_response("up", doc))
+
+
+@FUZZ
+@given(st.lists(st.binary(max_size=120), max_size=8))
+def test_sse_decoder(chunks: list[bytes]) -> None:
+    decoder = SSEDecoder(max_line_bytes=64)
+    for chunk in chunks:
+        try:
+            decoder.feed(chunk)
+        except ValueError as exc:  # its documented answer to an endless line
+            message = str(exc)
+            break
+    else:
+        return
+    assert "line" in message
+
+
+# -- CLI output ----------------------------------------------------------------------------
+
+ends = st.tuples(st.none() | st.integers(-255, 255), st.text(max_size=200))
+
+
+def _run_lines(
+    feed: Callable[[bytes], object], end: Callable[[], object], lines: list[bytes]
+) -> None:
+    try:
+        for line in lines:
+            _valid(feed(line))
+        _valid(end())
+    except OLPError:
+        pass
+
+
+@pytest.mark.parametrize("cli", ["claude", "qwen"])
+def test_cli_translators(cli: str) -> None:
+    docs = _fixture_lines(cli)
+    make: Callable[[], Any] = {
+        "claude": lambda: ClaudeTranslator("claude", lambda: 1.7e9, lambda _info: None),
+        "qwen": lambda: QwenTranslator("qwen", lambda: 1.7e9),
+    }[cli]
+
+    @FUZZ
+    @given(st.lists(_lines(docs), max_size=8), ends)
+    def run(lines: list[bytes], end: tuple[int | None, str]) -> None:
+        tr = make()
+        _run_lines(tr.feed, lambda: tr.end(*end), lines)
+
+    run()
+
+
+@FUZZ
+@given(st.lists(_lines(_fixture_lines("gemini")), max_size=8), ends)
+def test_gemini_stream(lines: list[bytes], end: tuple[int | None, str]) -> None:
+    stream = GeminiStream("gemini")
+    _run_lines(stream.feed, lambda: stream.end(*end), lines)
+
+
+VIBE_EXPORTS: list[Any] = [
+    {"usage": {"input_tokens": 3, "output_tokens": 2, "cached_input_tokens": 1},
+     "cost_usd": 0.01, "error": {"code": "rate_limited", "message": "slow down"}},
+]  # fmt: skip
+# export.json as `_read_export` hands it over: an object, or None.
+vibe_exports = st.none() | mutations(VIBE_EXPORTS).filter(lambda d: isinstance(d, dict))
+
+
+@FUZZ
+@given(st.lists(_lines(_fixture_lines("vibe")), max_size=8), ends, vibe_exports)
+def test_vibe_stream(lines: list[bytes], end: tuple[int | None, str], export: Any) -> None:
+    stream = VibeStream("vibe")
+    _run_lines(stream.feed, lambda: stream.end(*end, export), lines)
+
+
+@FUZZ
+@given(st.lists(_lines(_fixture_lines("codex")), max_size=10), ends)
+def test_codex_app_server_turn(lines: list[bytes], end: tuple[int | None, str]) -> None:
+    turn = AppServerTurn("codex", "gpt-5", "hi")
+
+    def feed(line: bytes) -> list[Event]:
+        got, reply = turn.feed(line)
+        assert isinstance(reply, bytes)
+        return got
+
+    _run_lines(feed, lambda: turn.ended(*end), lines)
