@@ -1,11 +1,12 @@
 """Every parser of untrusted input, fed whatever Hypothesis can make of it.
 
-A client's request body, an upstream's JSON and SSE, a CLI's stdout lines, exit status and
-stderr: each may be malformed, and each parser must then raise OLP's own error (which the
-server turns into an OpenAI-shaped answer or a fallback) — never a KeyError, TypeError,
-AttributeError, IndexError or RecursionError, which would be a 500 with a traceback in
-the log. Inputs are arbitrary bytes and JSON, and real captured lines (tests/fixtures/cli)
-with one part replaced or removed, which reach deeper than random JSON would.
+A client's request body, an upstream's JSON and SSE, a CLI's stdout lines, exit status
+and stderr, the owner's config.json: each may be malformed, and each parser must then
+raise OLP's own error (which the server turns into an OpenAI-shaped answer or a fallback,
+and `olp start` into a message naming the problem) — never a KeyError, TypeError,
+AttributeError, IndexError or RecursionError, which would be a 500 or a traceback. Inputs
+are arbitrary bytes and JSON, and real captured lines (tests/fixtures/cli) or valid
+documents with one part replaced or removed, which reach deeper than random JSON would.
 
 The examples are derandomized, so CI always runs the same ones; raise OLP_FUZZ_EXAMPLES
 (e.g. 20000) to explore further on your own machine.
@@ -26,7 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from olp.cache.keys import request_fingerprint
-from olp.errors import OLPError
+from olp.config import load_config
+from olp.errors import ConfigError, OLPError
 from olp.ir import (
     ChatRequest,
     Event,
@@ -431,3 +433,72 @@ def test_codex_app_server_turn(lines: list[bytes], end: tuple[int | None, str]) 
         return got
 
     _run_lines(feed, lambda: turn.ended(*end), lines)
+
+
+# -- config.json -----------------------------------------------------------------------------
+
+VALID_CONFIGS: list[Any] = [
+    {
+        "$schema": "https://example.invalid/olp.schema.json",
+        "server": {"host": "127.0.0.1", "port": 3456, "max_body_bytes": 1048576},
+        "auth": {"allow_anonymous": False, "owner_endpoints_loopback_only": True},
+        "providers": {
+            "alpha": {"type": "openai-http", "base_url": "http://127.0.0.1:9/v1",
+                      "api_key_env": "OPENAI_API_KEY", "models": ["gpt-4o-mini"],
+                      "cacheable": False},
+            "claude": {"type": "anthropic-http", "base_url": "http://127.0.0.1:9",
+                       "models": ["claude-sonnet-4-5"], "max_concurrent": 8,
+                       "timeouts": {"first_byte_ms": 30000}},
+            "cc": {"type": "claude-cli", "env": {"ANTHROPIC_AUTH_TOKEN": "${GATEWAY_TOKEN}"}},
+            "vibe": {"type": "vibe-cli", "enabled": False},
+        },
+        "routing": {
+            "chains": {"sonnet": [{"provider": "claude", "model": "claude-sonnet-4-5"},
+                                  {"provider": "alpha", "model": "gpt-4o-mini"}]},
+            "soft_triggers": {"cc": {"daily_request_count_threshold": 100,
+                                     "five_hour_window_percent_threshold": 80,
+                                     "five_hour_capacity": 200}},
+            "default_retry_after_s": 30,
+            "max_cooldown_s": 21600,
+        },
+        "cache": {"enabled": True, "ttl_s": 86400, "max_entries_per_key": 100},
+        "ledger": {"enabled": True},
+        "pricing": {"gpt-4o-mini": {"input": 0.15, "output": 0.6, "cached_input": 0.075}},
+    }
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def config_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("olp-home")
+
+
+def _check_config(home: Path, raw: bytes) -> None:
+    (home / "config.json").write_bytes(raw)
+    env = {"OLP_HOME": str(home), "GATEWAY_TOKEN": "t", "HOME": str(home)}
+    with contextlib.suppress(ConfigError):
+        load_config(env, detect_local_servers=False)
+
+
+def test_config_as_given_loads(config_home: Path) -> None:
+    (config_home / "config.json").write_bytes(_dumps(VALID_CONFIGS[0]))
+    env = {"OLP_HOME": str(config_home), "GATEWAY_TOKEN": "t", "HOME": str(config_home)}
+    assert set(load_config(env, detect_local_servers=False).providers) == {
+        "alpha", "claude", "cc", "vibe"
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bytes", "json", "almost valid"])
+def test_config_file(config_home: Path, kind: str) -> None:
+    raw: st.SearchStrategy[bytes] = {
+        "bytes": st.binary(max_size=300),
+        "json": json_values.map(_dumps),
+        "almost valid": mutations(VALID_CONFIGS).map(_dumps),
+    }[kind]
+
+    @FUZZ
+    @given(raw)
+    def run(body: bytes) -> None:
+        _check_config(config_home, body)
+
+    run()
