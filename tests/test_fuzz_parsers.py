@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,7 +29,7 @@ from hypothesis import strategies as st
 
 from olp.cache.keys import request_fingerprint
 from olp.config import load_config
-from olp.errors import ConfigError, OLPError
+from olp.errors import ConfigError, OLPError, ProviderError
 from olp.ir import (
     ChatRequest,
     Event,
@@ -39,8 +40,12 @@ from olp.ir import (
     ToolCallDelta,
     Usage,
 )
+from olp.providers._http_errors import error_for_status, error_from_payload, quota_from_headers
+from olp.providers._reset_time import MAX_WAIT_S
+from olp.providers._reset_time import parse_reset as parse_cli_reset
 from olp.providers.anthropic_http import events as anthropic_events
 from olp.providers.anthropic_http.translate import build_payload as anthropic_payload
+from olp.providers.base import QuotaSnapshot
 from olp.providers.claude_cli.translate import ClaudeTranslator
 from olp.providers.codex_cli.events import AppServerTurn
 from olp.providers.gemini_cli.events import GeminiStream
@@ -365,6 +370,72 @@ def test_sse_decoder(chunks: list[bytes]) -> None:
     else:
         return
     assert "line" in message
+
+
+HEADER_NAMES = [
+    "retry-after", "retry-after-ms", "x-ratelimit-reset-requests", "x-ratelimit-reset-tokens",
+    "x-ratelimit-remaining-requests", "x-ratelimit-limit-requests",
+    "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-requests-reset",
+    "anthropic-ratelimit-requests-limit", "anthropic-ratelimit-unified-reset",
+    "anthropic-ratelimit-unified-5h-utilization", "anthropic-ratelimit-unified-status",
+]  # fmt: skip
+header_values = st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["nan", "inf", "-inf", "-1", "1e400", "9" * 40, "1h2m3.5s", "0.5"]),
+    st.datetimes().map(lambda d: d.isoformat() + "Z"),
+    st.integers(-(2**64), 2**64).map(str),
+)
+ERROR_BODIES: list[Any] = [
+    {"error": {"message": "Rate limit reached. Please try again in 20s.",
+               "type": "requests", "code": "rate_limit_exceeded", "param": None}},
+    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}},
+]  # fmt: skip
+
+
+def _sane_time(value: float | None) -> bool:
+    return value is None or (math.isfinite(value) and value >= 0)
+
+
+@FUZZ
+@given(
+    st.integers(400, 599),
+    st.dictionaries(st.sampled_from(HEADER_NAMES), header_values, max_size=6),
+    st.one_of(st.binary(max_size=200), mutations(ERROR_BODIES).map(_dumps)),
+)
+def test_upstream_error_answer(status: int, headers: dict[str, str], body: bytes) -> None:
+    error = error_for_status("up", status, headers, body)
+    assert isinstance(error, ProviderError)
+    assert _sane_time(error.retry_after) and _sane_time(error.reset_at)
+    quota = quota_from_headers(headers, 1.7e9)
+    assert quota is None or isinstance(quota, QuotaSnapshot)
+
+
+@FUZZ
+@given(st.one_of(json_values, mutations(ERROR_BODIES)))
+def test_error_frame_inside_an_answer(error: Any) -> None:
+    found = error_from_payload("up", error)
+    assert isinstance(found, ProviderError)
+    assert _sane_time(found.retry_after) and _sane_time(found.reset_at)
+
+
+# How CLIs word a reset (cli-formats.md §1.9, §8), with any numbers and zone names.
+reset_texts = st.one_of(
+    st.from_regex(r"limit reached\|[0-9]{9,11}", fullmatch=True),
+    st.from_regex(r"try again in ([0-9]{1,25}d )?([0-9]{1,25}h )?[0-9]{1,25}m", fullmatch=True),
+    st.from_regex(
+        r"resets( at| on)? ([A-Za-z]{3,9} [0-9]{1,2}, ([0-9]{4}, )?)?[0-9]{1,2}(:[0-9]{2})?"
+        r"(am|pm|a\.m\.|PM)?( \([^)]{1,64}\))?",
+        fullmatch=True,
+    ),
+    st.text(max_size=80),
+)
+
+
+@FUZZ
+@given(reset_texts, st.floats(0, 4e9))
+def test_reset_times_cli_texts_name(text: str, now: float) -> None:
+    at = parse_cli_reset(text, now)
+    assert at is None or 0 <= at <= now + MAX_WAIT_S
 
 
 # -- CLI output ----------------------------------------------------------------------------

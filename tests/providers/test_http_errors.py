@@ -48,9 +48,15 @@ def test_go_durations(text: str, seconds: float | None) -> None:
         ("6m0s", NOW + 360),
         ("2027-01-15T08:00:00Z", datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()),
         ("2027-01-15T09:00:00+01:00", datetime(2027, 1, 15, 8, tzinfo=UTC).timestamp()),
-        ("1900000000", 1_900_000_000.0),
-        ("1900000000000", 1_900_000_000.0),
+        ("1810000000", 1_810_000_000.0),
+        ("1810000000000", 1_810_000_000.0),
         ("whenever", None),
+        # Not finite, or no plausible reset: ignored rather than believed.
+        ("inf", None),
+        ("nan", None),
+        ("1e300", None),
+        ("9999-12-31T23:59:59Z", None),
+        ("0001-01-01T00:00:00Z", None),
     ],
 )
 def test_reset_forms(text: str, expected: float | None) -> None:
@@ -65,6 +71,22 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after({"retry-after": date}, now) == pytest.approx(90, abs=1.5)
     assert parse_retry_after({"retry-after": "not a date"}, now) is None
     assert parse_retry_after({}, now) is None
+    # Not a number an upstream meant: never an endless wait.
+    assert parse_retry_after({"retry-after": "inf"}, now) is None
+    assert parse_retry_after({"retry-after-ms": "nan", "retry-after": "3"}, now) == 3.0
+    assert parse_retry_after({"retry-after": "1e300"}, now) == 400 * 86400
+
+
+def test_rate_limit_headers_that_are_no_numbers_are_ignored() -> None:
+    headers = {
+        "x-ratelimit-remaining-requests": "INF",
+        "x-ratelimit-limit-requests": "nan",
+        "x-ratelimit-remaining-tokens": "1e300",
+        "x-ratelimit-reset-tokens": "9999-12-31T00:00:00Z",
+    }
+    assert quota_from_headers(headers, NOW) is None
+    error = error_for_status("p", 429, headers, b"")
+    assert error.failure is Failure.RATE_LIMITED and error.reset_at is None
 
 
 def test_quota_picks_the_exhausted_resource_reset() -> None:

@@ -8,6 +8,7 @@ Anthropic's RFC 3339 `anthropic-ratelimit-*-reset`).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from typing import Any
 import orjson
 
 from olp.errors import Failure, ProviderError
+from olp.providers._reset_time import MAX_WAIT_S, plausible_reset
 from olp.providers.base import QuotaSnapshot
 
 __all__ = [
@@ -220,25 +222,22 @@ def _timing(
 def parse_retry_after(headers: Mapping[str, str], now: float) -> float | None:
     """`retry-after-ms` (more precise, OpenAI) or `Retry-After` (seconds or HTTP-date)."""
     value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
+    millis = _finite(value) if value else None
+    if millis is not None:
+        return min(max(0.0, millis / 1000.0), MAX_WAIT_S)
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    seconds = _finite(value)
+    if seconds is not None:
+        return min(max(0.0, seconds), MAX_WAIT_S)
     try:
         when = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, when.timestamp() - now)
+    return min(max(0.0, when.timestamp() - now), MAX_WAIT_S)
 
 
 def parse_go_duration(text: str) -> float | None:
@@ -259,24 +258,21 @@ def parse_reset(text: str, now: float) -> float | None:
     durations (OpenAI); then RFC 3339 timestamps (Anthropic).
     """
     text = text.strip()
-    try:
-        number = float(text)
-    except ValueError:
-        pass
-    else:
+    number = _finite(text)
+    if number is not None:
         if number > 1e12:
-            return number / 1000.0
-        return number if number > 1e9 else now + max(0.0, number)
+            return plausible_reset(number / 1000.0, now)
+        return plausible_reset(number if number > 1e9 else now + max(0.0, number), now)
     seconds = parse_go_duration(text)
     if seconds is not None:
-        return now + seconds
+        return plausible_reset(now + seconds, now)
     try:
         when = datetime.fromisoformat(text)
     except ValueError:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return when.timestamp()
+    return plausible_reset(when.timestamp(), now)
 
 
 def quota_from_headers(headers: Mapping[str, str], now: float) -> QuotaSnapshot | None:
@@ -333,19 +329,25 @@ def _five_hour_utilisation(headers: Mapping[str, str]) -> float | None:
         raw, scale = headers.get("x-codex-primary-used-percent"), 100.0
     if raw is None:
         return None
-    try:
-        return min(1.0, max(0.0, float(raw) / scale))
-    except ValueError:
-        return None
+    number = _finite(raw)
+    return None if number is None else min(1.0, max(0.0, number / scale))
 
 
 def _int(value: str | None) -> int | None:
-    if not value:
+    """A count from a header ("12", "12.0"): a non-negative integer below 2**53, or None."""
+    number = _finite(value) if value else None
+    if number is None or not 0 <= number < 2**53:
         return None
+    return int(number)
+
+
+def _finite(text: str) -> float | None:
+    """A header's number; "nan", "inf" and anything else that is not finite: None."""
     try:
-        return int(float(value))
+        number = float(text)
     except ValueError:
         return None
+    return number if math.isfinite(number) else None
 
 
 class QuotaMemory:

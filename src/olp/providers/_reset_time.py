@@ -13,7 +13,11 @@ import re
 from datetime import UTC, datetime, timedelta, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-__all__ = ["parse_reset"]
+__all__ = ["MAX_WAIT_S", "parse_reset", "plausible_reset"]
+
+# A reset further away than this is no hint but garbage ("in 99999999999999d", "inf"):
+# it is ignored, as if none were given (the provider's own default wait applies).
+MAX_WAIT_S = 400 * 86400.0
 
 _EPOCH = re.compile(r"\|\s*(\d{9,11})\b")
 _CLOCK = re.compile(
@@ -37,8 +41,18 @@ _MONTHS = {
 }
 
 
+def plausible_reset(reset_at: float, now: float) -> float | None:
+    """`reset_at` if it could be a real reset time: after 1970 and within MAX_WAIT_S."""
+    return reset_at if 0 <= reset_at <= now + MAX_WAIT_S else None
+
+
 def parse_reset(text: str, now: float) -> float | None:
-    """The unix time `text` says the limit resets at, or None if it names none."""
+    """The unix time `text` says the limit resets at, or None if it names none (or garbage)."""
+    at = _parse(text, now)
+    return None if at is None else plausible_reset(at, now)
+
+
+def _parse(text: str, now: float) -> float | None:
     if m := _EPOCH.search(text):
         return float(m.group(1))
     if (m := _IN.search(text)) and any(m.group(k) for k in ("d", "h", "m")):
