@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -11,6 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from olp.quota import Cooldowns, QuotaBook, QuotaStore
+from olp.server.quota_sync import QuotaSync
 
 from fakes.upstream import FakeUpstream, Status, Text
 from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer, olp_server, write_config
@@ -233,3 +237,23 @@ def test_quota_endpoint_is_owner_only(
         assert owner.status_code == 200
         assert {p["provider"] for p in owner.json()["providers"]} == {"alpha", "beta"}
         assert quota_of(server, "beta")["state"] == "unknown"
+
+
+def test_quota_saves_never_overlap_on_the_shared_connection(tmp_path: Path) -> None:
+    # Saves that overlapped on quota.db's one connection failed with "cannot start a
+    # transaction within a transaction"; at shutdown, the final save met the periodic one
+    # its cancel had left running, and `olp start` printed a traceback.
+    async def main() -> None:
+        book = QuotaBook(Cooldowns(), {}, lambda _name: None)
+        for i in range(50):
+            book.on_attempt(f"p{i}", reached=True)
+        sync = QuotaSync(book, QuotaStore(tmp_path / "quota.db"), interval_s=0.0)
+        results = await asyncio.gather(*(sync.sync() for _ in range(30)), return_exceptions=True)
+        assert results == [None] * 30
+        sync.start()  # saving back to back, then shut down in the middle of one
+        await asyncio.sleep(0.05)
+        await sync.aclose()
+
+    asyncio.run(main())
+    state, saved_at = QuotaStore(tmp_path / "quota.db").load()
+    assert len(state) == 50 and saved_at is not None
