@@ -10,11 +10,22 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fuzzing import FUZZ, dumps, mutations
 
 from fakes.upstream import FakeUpstream, Slow
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
+# One server for all examples (each is a real request): fewer of them, and no health check
+# against the function-scoped server fixture.
+FUZZ_HTTP = settings(
+    FUZZ,
+    max_examples=min(FUZZ.max_examples, 60),
+    suppress_health_check=[*FUZZ.suppress_health_check, HealthCheck.function_scoped_fixture],
+)
 
 
 @pytest.fixture
@@ -261,3 +272,43 @@ def test_stalled_body_gets_408(tmp_path: Path, upstream: FakeUpstream) -> None:
         reply = sock.recv(65536)
     assert reply.startswith(b"HTTP/1.1 408")
     assert b"request_timeout" in reply
+
+
+ALMOST_VALID: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": 20,
+        "messages": [
+            {"role": "system", "content": "brief"},
+            {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+        ],
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+    },
+]
+
+
+def test_any_body_gets_an_answer_or_a_named_error(
+    olp: ThreadServer, upstream: FakeUpstream
+) -> None:
+    """Whatever the body, over real HTTP: an answer, or an OpenAI-shaped error with its
+    documented status; never a 500, a traceback or a hang."""
+
+    valid = st.sampled_from(ALMOST_VALID).map(dumps)
+    almost = mutations(ALMOST_VALID).map(dumps)
+
+    @FUZZ_HTTP
+    @given(st.one_of(valid, almost, almost, st.binary(max_size=200)))
+    def run(body: bytes) -> None:
+        resp = post(olp, body)
+        if resp.status_code == 200:
+            text = resp.text
+            assert text.startswith(("{", "data: ")), text[:200]
+            return
+        assert resp.status_code in (400, 404, 413), resp.text[:300]
+        error_of(resp)
+
+    run()
+    assert upstream.calls > 0  # the valid ones went all the way

@@ -15,18 +15,17 @@ The examples are derandomized, so CI always runs the same ones; raise OLP_FUZZ_E
 from __future__ import annotations
 
 import contextlib
-import json
 import math
-import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, get_args
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
+from fuzzing import FUZZ, dumps, json_values, mutations
 from olp.cache.keys import request_fingerprint
 from olp.config import load_config
 from olp.errors import ConfigError, OLPError, ProviderError
@@ -58,71 +57,6 @@ from olp.wire.sse import SSEDecoder
 FIXTURES = Path(__file__).parent / "fixtures" / "cli"
 FINISH_REASONS = get_args(FinishReason)
 
-FUZZ = settings(
-    max_examples=int(os.environ.get("OLP_FUZZ_EXAMPLES", "150")),
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-
-scalars = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=40)
-)
-json_values = st.recursive(
-    scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4)
-    ),
-    max_leaves=16,
-)
-
-
-def _dumps(doc: Any) -> bytes:
-    # The stdlib writes what orjson refuses (integers past 64 bits), as a client may.
-    return json.dumps(doc).encode()
-
-
-def _paths(doc: Any, at: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
-    yield at
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            yield from _paths(value, (*at, key))
-    elif isinstance(doc, list):
-        for i, value in enumerate(doc):
-            yield from _paths(value, (*at, i))
-
-
-def _mutated(doc: Any, path: tuple[Any, ...], value: Any, delete: bool) -> Any:
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    if isinstance(doc, dict):
-        copy = dict(doc)
-        if delete and not rest:
-            copy.pop(head, None)
-        else:
-            copy[head] = _mutated(doc[head], rest, value, delete)
-        return copy
-    copy_list = list(doc)
-    if delete and not rest:
-        del copy_list[head]
-    else:
-        copy_list[head] = _mutated(doc[head], rest, value, delete)
-    return copy_list
-
-
-@st.composite
-def mutations(draw: st.DrawFn, docs: list[Any]) -> Any:
-    """One of `docs`, with one value somewhere in it replaced by any JSON, or removed."""
-    doc = docs[draw(st.integers(0, len(docs) - 1))]  # (an index: a short repr)
-    path = draw(st.sampled_from(list(_paths(doc))))
-    return _mutated(doc, path, draw(json_values), draw(st.booleans()))
-
 
 def _fixture_lines(cli: str) -> list[Any]:
     docs = []
@@ -139,9 +73,9 @@ def _fixture_lines(cli: str) -> list[Any]:
 def _lines(docs: list[Any]) -> st.SearchStrategy[bytes]:
     """Stdout lines: captured, captured and mutated, any JSON, or any bytes."""
     return st.one_of(
-        st.integers(0, len(docs) - 1).map(lambda i: _dumps(docs[i])),
-        mutations(docs).map(_dumps),
-        json_values.map(_dumps),
+        st.integers(0, len(docs) - 1).map(lambda i: dumps(docs[i])),
+        mutations(docs).map(dumps),
+        json_values.map(dumps),
         st.binary(max_size=200),
     )
 
@@ -239,13 +173,13 @@ def test_request_body_any_bytes(body: bytes) -> None:
 @FUZZ
 @given(json_values)
 def test_request_body_any_json(doc: Any) -> None:
-    _check_request(_dumps(doc))
+    _check_request(dumps(doc))
 
 
 @FUZZ
 @given(mutations(VALID_REQUESTS))
 def test_request_body_almost_valid(doc: Any) -> None:
-    _check_request(_dumps(doc))
+    _check_request(dumps(doc))
 
 
 def test_request_body_nested_beyond_any_limit() -> None:
@@ -323,7 +257,7 @@ def _chunks(docs: list[Any]) -> st.SearchStrategy[list[Any]]:
 @given(_chunks(OPENAI_CHUNKS), st.text(max_size=30))
 def test_openai_stream(chunks: list[Any], raw: str) -> None:
     parser = openai.StreamParser("up")
-    for data in [*(_dumps(c).decode() for c in chunks), raw, "[DONE]"]:
+    for data in [*(dumps(c).decode() for c in chunks), raw, "[DONE]"]:
         try:
             _valid(parser.feed(data))
         except OLPError:
@@ -344,7 +278,7 @@ def test_anthropic_stream(chunks: list[Any], event_name: str | None) -> None:
         name = chunk.get("type") if isinstance(chunk, dict) else event_name
         try:
             _valid(
-                parser.feed(name if isinstance(name, str) else event_name, _dumps(chunk).decode())
+                parser.feed(name if isinstance(name, str) else event_name, dumps(chunk).decode())
             )
         except OLPError:
             return
@@ -400,7 +334,7 @@ def _sane_time(value: float | None) -> bool:
 @given(
     st.integers(400, 599),
     st.dictionaries(st.sampled_from(HEADER_NAMES), header_values, max_size=6),
-    st.one_of(st.binary(max_size=200), mutations(ERROR_BODIES).map(_dumps)),
+    st.one_of(st.binary(max_size=200), mutations(ERROR_BODIES).map(dumps)),
 )
 def test_upstream_error_answer(status: int, headers: dict[str, str], body: bytes) -> None:
     error = error_for_status("up", status, headers, body)
@@ -552,7 +486,7 @@ def _check_config(home: Path, raw: bytes) -> None:
 
 
 def test_config_as_given_loads(config_home: Path) -> None:
-    (config_home / "config.json").write_bytes(_dumps(VALID_CONFIGS[0]))
+    (config_home / "config.json").write_bytes(dumps(VALID_CONFIGS[0]))
     env = {"OLP_HOME": str(config_home), "GATEWAY_TOKEN": "t", "HOME": str(config_home)}
     assert set(load_config(env, detect_local_servers=False).providers) == {
         "alpha", "claude", "cc", "vibe"
@@ -563,8 +497,8 @@ def test_config_as_given_loads(config_home: Path) -> None:
 def test_config_file(config_home: Path, kind: str) -> None:
     raw: st.SearchStrategy[bytes] = {
         "bytes": st.binary(max_size=300),
-        "json": json_values.map(_dumps),
-        "almost valid": mutations(VALID_CONFIGS).map(_dumps),
+        "json": json_values.map(dumps),
+        "almost valid": mutations(VALID_CONFIGS).map(dumps),
     }[kind]
 
     @FUZZ
