@@ -138,7 +138,7 @@ class DisconnectWatch:
         self.disconnected = False
         self._may_cancel: Callable[[], bool] | None = None
         self._deferred = False
-        self._receive = req.receive
+        self._receive: Receive | None = req.receive
         self._watcher: asyncio.Task[None] | None = None
         self._spawn: asyncio.Handle | None = None
         hooks = req.scope.get(DISCONNECT_HOOKS)
@@ -177,7 +177,7 @@ class DisconnectWatch:
 
     def _start(self) -> None:
         self._spawn = None
-        if self._active:
+        if self._active and self._receive is not None:
             self._watcher = asyncio.ensure_future(self._watch(self._receive))
 
     async def _watch(self, receive: Receive) -> None:
@@ -188,7 +188,13 @@ class DisconnectWatch:
                 return
 
     def stop(self) -> None:
+        # Also let go of the request: the watch, the task and the connection's request
+        # cycle refer to one another (hooks, `receive`), and a cycle of them would wait for
+        # the garbage collector instead of going when the request ends.
         self._active = False
+        self._task = None
+        self._may_cancel = None
+        self._receive = None
         if self._spawn is not None:
             self._spawn.cancel()
             self._spawn = None

@@ -1,0 +1,65 @@
+"""A finished request leaves no reference cycle behind: its objects go when it ends.
+
+Objects caught in a cycle wait for the garbage collector, with everything they reach (the
+request's task, its body, its events), and each collection then walks them all: measured
+with the `bench/` servers, the cycle that `DisconnectWatch` once closed cost about 9 % of
+the CPU per request. The test runs real requests through a real server with the collector
+off, then asks the collector what it would have had to free.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from fakes.upstream import FakeUpstream, Text
+from olp_server import OWNER_TOKEN, olp_server
+
+# The request's own objects; the test client and the fake upstream (same process) may
+# leave garbage of their own, which is not the server's business.
+_SERVER_TYPES = {"DisconnectWatch", "RequestResponseCycle", "Flight", "FlightView", "LeaderView"}
+
+
+@pytest.fixture
+def collector_off() -> Iterator[None]:
+    """The collector off, and what it finds unreachable kept in `gc.garbage`."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.mark.parametrize("cache", [False, True], ids=["cache-off", "cache-on"])
+def test_requests_leave_no_cycles(
+    tmp_path: Path, upstream: FakeUpstream, cache: bool, collector_off: None
+) -> None:
+    config = {
+        "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url}},
+        "routing": {"chains": {"m": [{"provider": "up", "model": "model-a"}]}},
+        "cache": {"enabled": cache},
+    }
+    upstream.script(*[Text("Hello there.")] * 40)
+    headers = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+    with olp_server(tmp_path, config) as olp, httpx.Client(base_url=olp.base_url) as client:
+        for i in range(20):
+            for stream in (False, True):
+                # Every body twice: with the cache on, a miss and then a hit.
+                body = {
+                    "model": "m",
+                    "stream": stream,
+                    "messages": [{"role": "user", "content": f"hi {i // 2}"}],
+                }
+                answer = client.post("/v1/chat/completions", json=body, headers=headers)
+                assert answer.status_code == 200, answer.text
+        gc.collect()
+        left = [type(o).__name__ for o in gc.garbage if type(o).__name__ in _SERVER_TYPES]
+    assert left == []
