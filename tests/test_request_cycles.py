@@ -16,12 +16,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakes.upstream import FakeUpstream, Text
+from fakes.upstream import FakeUpstream, Status, Text
 from olp_server import OWNER_TOKEN, olp_server
 
 # The request's own objects; the test client and the fake upstream (same process) may
 # leave garbage of their own, which is not the server's business.
-_SERVER_TYPES = {"DisconnectWatch", "RequestResponseCycle", "Flight", "FlightView", "LeaderView"}
+_SERVER_TYPES = {
+    "DisconnectWatch",
+    "RequestResponseCycle",
+    "_Exchange",
+    "ResponseMeta",
+    "Flight",
+    "FlightView",
+    "LeaderView",
+}
 
 
 @pytest.fixture
@@ -47,12 +55,12 @@ def test_requests_leave_no_cycles(
         "routing": {"chains": {"m": [{"provider": "up", "model": "model-a"}]}},
         "cache": {"enabled": cache},
     }
-    upstream.script(*[Text("Hello there.")] * 40)
+    upstream.script(*[Text("Hello there.")] * (10 if cache else 40))
     headers = {"Authorization": f"Bearer {OWNER_TOKEN}"}
     with olp_server(tmp_path, config) as olp, httpx.Client(base_url=olp.base_url) as client:
         for i in range(20):
             for stream in (False, True):
-                # Every body twice: with the cache on, a miss and then a hit.
+                # Each body four times: with the cache on, a miss and three hits.
                 body = {
                     "model": "m",
                     "stream": stream,
@@ -60,6 +68,19 @@ def test_requests_leave_no_cycles(
                 }
                 answer = client.post("/v1/chat/completions", json=body, headers=headers)
                 assert answer.status_code == 200, answer.text
+        # And the refusals a client may hammer OLP with.
+        upstream.script(Status(500))
+        refused = [
+            client.post("/v1/chat/completions", json=_chat("m"), headers=headers),  # 503
+            client.post("/v1/chat/completions", json=_chat("nope"), headers=headers),
+            client.post("/v1/chat/completions", json={"model": "m"}, headers=headers),
+            client.post("/v1/chat/completions", json=_chat("m"), headers={"Authorization": "x"}),
+        ]
+        assert [r.status_code for r in refused] == [503, 404, 400, 401]
         gc.collect()
         left = [type(o).__name__ for o in gc.garbage if type(o).__name__ in _SERVER_TYPES]
     assert left == []
+
+
+def _chat(model: str) -> dict[str, object]:
+    return {"model": model, "messages": [{"role": "user", "content": "hi"}]}

@@ -58,7 +58,10 @@ class _Exchange:
 
     async def fail(self, err: OLPError) -> None:
         self.meta.note_failure(err)
-        self.error = err
+        # Kept for the ledger, which wants its code and message only: its traceback holds
+        # the handler's frame, which holds this exchange, a cycle that would outlive the
+        # request (a client hammering a 401 or a 429 would feed the garbage collector).
+        self.error = err.with_traceback(None)
         self.status = 200 if self.started else err.http_status
         if self.started:
             # Headers are out (heartbeat): the error travels as a final SSE frame.
