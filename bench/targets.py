@@ -89,7 +89,7 @@ class Targets:
         home.mkdir()
         self.homes[name] = home
         (home / "config.json").write_bytes(orjson.dumps(variant.config(up_port)))
-        token = TOKEN if variant.member_limits is None else _member_key(home, variant)
+        token = TOKEN if variant.member_limits is None else member_key(home, variant.member_limits)
         port = procs.free_port()
         base = f"http://127.0.0.1:{port}"
         server = self._spawn(name, olp.argv(port), olp.env(home))
@@ -151,11 +151,11 @@ class Targets:
             procs.stop(server)
 
 
-def _member_key(home: Path, variant: Variant) -> str:
-    assert variant.member_limits is not None
+def member_key(home: Path, limits: KeyLimits) -> str:
+    """A new member key with `limits` in the key store of `home` (before OLP starts there)."""
     store = KeyStore.open(keys_db_path(home))
     try:
-        key = store.create("bench-member", tier="member", limits=variant.member_limits)
+        key = store.create("bench-member", tier="member", limits=limits)
     finally:
         store.close()
     return key.secret
