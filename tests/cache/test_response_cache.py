@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from cache_fakes import ANSWER, Upstream, drain, run, settle
 
-from olp.cache import ResponseCache, cache_policy, is_complete
+from olp.cache import CachedAnswer, ResponseCache, cache_policy, is_complete
+from olp.cache.memory import EVENT_OVERHEAD
 from olp.config import CacheConfig
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, ResponseBuilder, TextDelta, ToolCallDelta, Usage
@@ -301,3 +302,29 @@ def test_holds_and_replay_answer_as_find_would() -> None:
         await cache.aclose()
 
     run(main)
+
+
+def test_a_stored_answer_stays_encoded_until_its_first_replay_which_counts_the_events() -> None:
+    async def main() -> None:
+        cache = ResponseCache(CFG, None)
+        await ask(cache, Upstream())
+        stored = cache.store.lookup("ns", "k")
+        assert stored is not None and not stored.decoded  # one bytes object, not the events
+        encoded = cache.store.memory_bytes
+        assert encoded == stored.nbytes + EVENT_OVERHEAD
+        hop = await cache.find("ns", "k")
+        assert hop is not None and hop.answer is stored and stored.decoded
+        assert hop.stored == ANSWER
+        # The decoded events weigh one object each, as an answer read from disk does.
+        assert cache.store.memory_bytes == stored.nbytes + EVENT_OVERHEAD * len(ANSWER)
+        again = await cache.find("ns", "k")
+        assert again is not None and again.stored is hop.stored  # decoded once
+        assert cache.store.memory_bytes == stored.nbytes + EVENT_OVERHEAD * len(ANSWER)
+        await cache.aclose()
+
+    run(main)
+
+
+def test_a_cached_answer_needs_its_events_or_their_encoding() -> None:
+    with pytest.raises(ValueError, match="events or their encoding"):
+        CachedAnswer(None, 10, 0.0, 1.0)

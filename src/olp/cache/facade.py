@@ -19,7 +19,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
-from olp.cache.memory import DEFAULT_MEMORY_BYTES, Clock, MemoryStore
+from olp.cache.memory import DEFAULT_MEMORY_BYTES, EVENT_OVERHEAD, Clock, MemoryStore
 from olp.cache.redis_keys import MISSING_REDIS_PACKAGE, RedisPackageMissing
 from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
@@ -218,7 +218,10 @@ class ResponseCache:
         self, namespace: str, key: str, answer: CachedAnswer, counters: _Counters
     ) -> CacheHop:
         counters.hits += 1
+        decoded = answer.decoded
         events = answer.events
+        if not decoded:  # its first replay: the events weigh more than their encoding did
+            self.store.weigh(namespace, key, answer, EVENT_OVERHEAD * (len(events) - 1))
         return CacheHop("hit", "stored", _Replay(events), events, answer, namespace, key)
 
     def _write(self, namespace: str, key: str, events: tuple[Event, ...]) -> None:

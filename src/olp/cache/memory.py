@@ -21,15 +21,16 @@ from olp.config import CacheConfig
 from olp.ir import Event
 from olp.observability import event_logger
 
-__all__ = ["DEFAULT_MEMORY_BYTES", "Clock", "Entry", "MemoryStore"]
+__all__ = ["DEFAULT_MEMORY_BYTES", "EVENT_OVERHEAD", "Clock", "Entry", "MemoryStore"]
 
 log = event_logger("olp.cache")
 
 Clock = Callable[[], float]
 # Bounds the answers held in memory across all namespaces (see `Entry.weight`).
 DEFAULT_MEMORY_BYTES = 64 * 1024 * 1024
-# Rough Python-object overhead of one decoded event beyond its encoded bytes.
-_EVENT_OVERHEAD = 120
+# Rough Python-object overhead of one decoded event beyond its encoded bytes (an answer
+# not decoded yet counts one: its bytes object).
+EVENT_OVERHEAD = 120
 
 
 class Entry:
@@ -124,7 +125,7 @@ class MemoryStore:
             return None
         now = self._clock()
         expires = now + cfg.ttl_s
-        answer = CachedAnswer(tuple(events), nbytes, now, expires)  # a tuple: no copy
+        answer = CachedAnswer(None, nbytes, now, expires, body=body)  # (decoded when asked)
         entry = Entry(namespace, key, entry_id, nbytes, now, expires, None)
         self.index(entry)
         self.load(entry, answer)
@@ -145,7 +146,7 @@ class MemoryStore:
 
     def load(self, entry: Entry, answer: CachedAnswer) -> None:
         """Hold `entry`'s events in memory, unloading the least recently used past the budget."""
-        weight = answer.nbytes + _EVENT_OVERHEAD * len(answer.events)
+        weight = answer.nbytes + EVENT_OVERHEAD * (len(answer.events) if answer.decoded else 1)
         if weight > self._max_total:
             self._unload(entry)
             return
