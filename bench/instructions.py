@@ -10,7 +10,9 @@ after the other, as `olp start` under valgrind's callgrind (`--separate-threads=
 drives each with `bench.loadgen` exactly as the throughput run does (same variants, same
 bodies, distinct where the row is), and counts what every thread executed:
 
-1. a warm-up load, then the counters are zeroed;
+1. a warm-up load (1.5x the measured window: at callgrind's pace, enough for the miss
+   row's namespace to reach its entry limit, so that its misses evict as at full speed),
+   then the counters are zeroed;
 2. the measured load, then a dump: instructions while serving `n` requests;
 3. an idle window as long, then a dump: what timers and pollers cost meanwhile. Under
    callgrind OLP runs ~50x slower, so those would weigh on 50x fewer requests than at full
@@ -146,7 +148,9 @@ def count_row(
 
         procs.wait_ready(server, ready, timeout_s=_START_TIMEOUT_S)
         work = Workload(base + CHAT_PATH, token, 32_768 if distinct else 0, 0)
-        run_loadgen(work, stream, 8, 1.0, seconds / 4, 1)  # warm-up
+        # Long enough, at callgrind's pace, for olp-miss to fill its namespace to the entry
+        # limit: from then on each miss also evicts, as it does at full speed.
+        run_loadgen(work, stream, 8, 1.0, seconds * 1.5, 1)
         _control("-z", server.pid)
         measured = Workload(work.url, token, work.distinct, 1_000_000)
         load = run_loadgen(measured, stream, 8, 0.0, seconds, 1)
