@@ -24,7 +24,7 @@ are the ledger's and the cache's writer threads.
 
 What it does not see: instructions are not time. Memory stalls, GIL hand-offs and the kernel
 cost time without instructions (a reference cycle per request once cost 9 % of the CPU and
-no instructions). And the writer threads, batching per time window, see batches ~50x
+hardly any instructions). And the writer threads, batching per time window, see batches ~50x
 smaller than at full speed, so their fixed cost per batch (a COMMIT) weighs more: their
 figures are upper bounds. Use it to find and compare costs; the throughput run's verdicts
 stand.
