@@ -78,3 +78,48 @@ def mutations(draw: st.DrawFn, docs: list[Any]) -> Any:
     doc = docs[draw(st.integers(0, len(docs) - 1))]  # (an index: a short repr)
     path = draw(st.sampled_from(list(_paths(doc))))
     return _mutated(doc, path, draw(json_values), draw(st.booleans()))
+
+
+# Valid chat requests, plain and with every part OLP parses: the seeds of `mutations`.
+CHAT_REQUESTS: list[Any] = [
+    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "temperature": 0.2,
+        "max_tokens": 50,
+        "stop": ["x"],
+        "seed": 7,
+        "messages": [
+            {"role": "system", "content": "be brief"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "f", "arguments": '{"a": 1}'},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": "42"},
+        ],
+        "tools": [
+            {
+                "type": "function",
+                "function": {"name": "f", "parameters": {"type": "object"}, "strict": True},
+            }
+        ],
+        "tool_choice": {"type": "function", "function": {"name": "f"}},
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
+    },
+]

@@ -25,7 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fuzzing import FUZZ, dumps, json_values, mutations
+from fuzzing import CHAT_REQUESTS, FUZZ, dumps, json_values, mutations
 from olp.cache.keys import request_fingerprint
 from olp.config import load_config
 from olp.errors import ConfigError, OLPError, ProviderError
@@ -107,49 +107,6 @@ def _events_or_olp_error(call: Callable[[], object]) -> None:
 
 # -- the client's request ------------------------------------------------------------------
 
-VALID_REQUESTS: list[Any] = [
-    {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
-    {
-        "model": "m",
-        "stream": True,
-        "stream_options": {"include_usage": True},
-        "temperature": 0.2,
-        "max_tokens": 50,
-        "stop": ["x"],
-        "seed": 7,
-        "messages": [
-            {"role": "system", "content": "be brief"},
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "what is this"},
-                    {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
-                ],
-            },
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "f", "arguments": '{"a": 1}'},
-                    }
-                ],
-            },
-            {"role": "tool", "tool_call_id": "c1", "content": "42"},
-        ],
-        "tools": [
-            {
-                "type": "function",
-                "function": {"name": "f", "parameters": {"type": "object"}, "strict": True},
-            }
-        ],
-        "tool_choice": {"type": "function", "function": {"name": "f"}},
-        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
-    },
-]
-
 
 def _check_request(body: bytes) -> None:
     try:
@@ -177,7 +134,7 @@ def test_request_body_any_json(doc: Any) -> None:
 
 
 @FUZZ
-@given(mutations(VALID_REQUESTS))
+@given(mutations(CHAT_REQUESTS))
 def test_request_body_almost_valid(doc: Any) -> None:
     _check_request(dumps(doc))
 
