@@ -507,3 +507,20 @@ def test_unwritable_home_is_a_clear_error(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert "cannot write" in proc.stderr and "--home" in proc.stderr
     assert not os.path.exists(blocker / "olp")
+
+
+def test_sdk_base_url_variables_are_followed(machine: Machine_) -> None:
+    # Where the vendor's SDK would go (OPENAI_BASE_URL, ANTHROPIC_BASE_URL), OLP goes too.
+    env = {
+        "OPENAI_API_KEY": "sk-x",
+        "OPENAI_BASE_URL": "http://127.0.0.1:9/v1/",
+        "ANTHROPIC_API_KEY": "sk-ant-x",
+        "ANTHROPIC_BASE_URL": "not a url",
+    }
+    proc = machine.run("--yes", env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "OPENAI_BASE_URL is set: openai goes to http://127.0.0.1:9/v1" in proc.stdout
+    assert "ANTHROPIC_BASE_URL='not a url' is not an http(s) URL" in proc.stdout
+    providers = machine.load(env).providers
+    assert providers["openai"].base_url == "http://127.0.0.1:9/v1"
+    assert providers["anthropic"].base_url == "https://api.anthropic.com"

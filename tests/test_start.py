@@ -167,3 +167,19 @@ def test_port_in_use_is_one_clear_error_before_anything_starts(tmp_path: Path) -
 )
 def test_the_url_a_local_client_is_told(host: str, url: str) -> None:
     assert client_base_url(host, 3456) == url
+
+
+def test_start_without_config_follows_openai_base_url(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    # No config file: OPENAI_API_KEY makes the provider, OPENAI_BASE_URL says where it is.
+    env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": upstream.openai_base_url}
+    with ProcessServer(tmp_path / "home", env) as server:
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "openai/m", "messages": [{"role": "user", "content": "x"}]},
+            headers={"authorization": "Bearer " + server.env["OLP_OWNER_TOKEN"]},
+        )
+    assert resp.status_code == 200, resp.text
+    assert resp.headers["x-olp-provider-used"] == "openai"
+    assert upstream.calls == 1

@@ -50,6 +50,7 @@ def detect_machine(
     clis = tuple(cli for spec in CLI_SPECS if (cli := _detect_cli(spec, env, progress)) is not None)
     keys = tuple(api.env for api in KNOWN_API_KEYS if env.get(api.env))
     progress("checking API key variables… " + (f"set: {', '.join(keys)}" if keys else "none set"))
+    base_urls = _api_base_urls(env, keys, progress)
     servers: list[FoundServer] = []
     if probe_local:
         for label, where, kind in LOCAL_SERVERS:
@@ -62,7 +63,24 @@ def detect_machine(
                 servers.append(found)
     else:
         progress("local servers: not checked (--no-local)")
-    return Machine(clis=clis, api_keys=keys, servers=tuple(servers))
+    return Machine(clis=clis, api_keys=keys, servers=tuple(servers), base_urls=base_urls)
+
+
+def _api_base_urls(
+    env: Mapping[str, str], keys: tuple[str, ...], progress: Progress
+) -> dict[str, str]:
+    """API name -> the endpoint its SDK's base-URL variable names, for the APIs found."""
+    base_urls: dict[str, str] = {}
+    for api in KNOWN_API_KEYS:
+        if api.env not in keys or api.base_url_env is None:
+            continue
+        base_url, problem = api.endpoint(env)
+        if problem:
+            progress(problem)
+        elif base_url != api.base_url:
+            progress(f"{api.base_url_env} is set: {api.name} goes to {base_url}")
+            base_urls[api.name] = base_url
+    return base_urls
 
 
 def _detect_cli(spec: CliSpec, env: Mapping[str, str], progress: Progress) -> FoundCli | None:

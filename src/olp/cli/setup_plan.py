@@ -157,6 +157,8 @@ class Machine:
     clis: tuple[FoundCli, ...] = ()
     api_keys: tuple[str, ...] = ()  # names of the API-key variables that are set
     servers: tuple[FoundServer, ...] = ()
+    # API name -> the base URL its SDK variable (OPENAI_BASE_URL, …) points at, where set.
+    base_urls: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +227,8 @@ def candidates(
         if api.type not in plugins:
             notes.append(f"{api.env} is set, but no {api.type} provider plugin is installed")
             continue
-        entry = {"type": api.type, "base_url": api.base_url, "api_key_env": api.env}
+        base_url = machine.base_urls.get(api.name, api.base_url)
+        entry = {"type": api.type, "base_url": base_url, "api_key_env": api.env}
         if api.models:
             entry["models"] = list(api.models)
         found.append(
@@ -234,7 +237,7 @@ def candidates(
                 type=api.type,
                 kind="api",
                 tier=_tier(registry, api.type),
-                summary=f"{api.base_url} with the key in {api.env}",
+                summary=f"{base_url} with the key in {api.env}",
                 entry=entry,
                 default_model=_API_DEFAULT_MODEL[api.name],
             )

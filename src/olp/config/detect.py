@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,20 @@ class KnownApi:
     # A few well-known models so plain model names resolve without a config file;
     # `name/<any-model>` always works too.
     models: tuple[str, ...]
+    # The variable the vendor's own SDK reads its endpoint from (a gateway, a regional
+    # endpoint, a corporate proxy): honoured here too, so OLP goes where the SDK would.
+    base_url_env: str | None = None
+
+    def endpoint(self, env: Mapping[str, str]) -> tuple[str, str | None]:
+        """(the base URL to use, a note when `base_url_env` was set but not usable)."""
+        if self.base_url_env is None or not env.get(self.base_url_env, "").strip():
+            return self.base_url, None
+        value = env[self.base_url_env].strip()
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            note = f"{self.base_url_env}={value!r} is not an http(s) URL: using {self.base_url}"
+            return self.base_url, note
+        return value.rstrip("/"), None
 
 
 KNOWN_API_KEYS = (
@@ -34,6 +49,7 @@ KNOWN_API_KEYS = (
         "openai-http",
         "https://api.openai.com/v1",
         ("gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-5", "gpt-5-mini"),
+        base_url_env="OPENAI_BASE_URL",
     ),
     KnownApi(
         "ANTHROPIC_API_KEY",
@@ -41,6 +57,7 @@ KNOWN_API_KEYS = (
         "anthropic-http",
         "https://api.anthropic.com",
         ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
+        base_url_env="ANTHROPIC_BASE_URL",
     ),
     KnownApi(
         "MISTRAL_API_KEY",
@@ -143,15 +160,18 @@ def detect_providers(
     notes: list[str] = []
     for api in KNOWN_API_KEYS:
         if env.get(api.env):
+            base_url, problem = api.endpoint(env)
             providers[api.name] = ProviderConfig(
                 name=api.name,
                 type=api.type,
-                base_url=api.base_url,
+                base_url=base_url,
                 api_key_env=api.env,
                 api_key=env[api.env],
                 models=api.models,
             )
-            notes.append(f"found {api.env}: provider {api.name!r} ({api.base_url})")
+            notes.append(f"found {api.env}: provider {api.name!r} ({base_url})")
+            if problem:
+                notes.append(problem)
     if probe_local:
         ollama = _ollama_models()
         if ollama is not None:
