@@ -430,6 +430,10 @@ def test_doctor_key_variable_unset(olp: Olp) -> None:
     assert proc.returncode == 1
     assert re.search(rf"ERR credentials\s+{KEY_VAR} is not set", proc.stdout)
     assert f"fix: export {KEY_VAR}=<your key>" in proc.stdout
+    # The upstream answered the key-less probe (401, as a real one does): it is reachable,
+    # and the key is the one problem (not "rejected": none was sent).
+    assert re.search(r"ok  reachable\s+yes \(HTTP 401 without a key", proc.stdout)
+    assert "rejected" not in proc.stdout
     # Without a key the server still answers; the key is never sent empty.
     assert fake.seen_auth == [""]
     assert_clean(proc)

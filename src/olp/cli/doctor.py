@@ -252,10 +252,12 @@ def _health_check(pconf: ProviderConfig, health: ProviderHealth, earlier: list[C
     lines = [ln for ln in health.checks if ln.split(":", 1)[0].strip() not in _OWN_CHECKS]
     detail = "; ".join(ln.split(":", 1)[1].strip() if ":" in ln else ln for ln in lines)
     detail = detail or ("yes" if health.ok else "no")
-    if health.ok:
+    creds_failed = any(c.name == "credentials" and not c.ok for c in earlier)
+    # A missing key fails the provider's health as a whole; it is reported under
+    # "credentials", and an upstream that answered the key-less probe is reachable.
+    if health.ok or (creds_failed and detail.startswith(_ANSWERED)):
         return Check("reachable", True, detail)
     fix = health.fix
-    creds_failed = any(c.name == "credentials" and not c.ok for c in earlier)
     if creds_failed and fix and pconf.api_key_env and pconf.api_key_env in fix:
         # Already said under "credentials". The provider gives one fix, so a missing key
         # can hide the reachability fix: supply ours when the upstream did not answer.
@@ -263,6 +265,11 @@ def _health_check(pconf: ProviderConfig, health: ProviderHealth, earlier: list[C
     elif fix is None:
         fix = _reach_fix(pconf)
     return Check("reachable", False, detail, fix)
+
+
+# How an HTTP provider's health says the upstream answered its probe normally
+# (`_http_provider.http_health`: "reachable: yes (HTTP 200 in 3 ms)").
+_ANSWERED = "yes ("
 
 
 def _reach_fix(pconf: ProviderConfig) -> str:

@@ -120,9 +120,9 @@ async def http_health(
     """Configured, credentials present, reachable — via a models listing, never a model."""
     checks = [f"configured: {base_url}"]
     fix: str | None = None
-    ok = True
-    if api_key_env and not has_key:
-        ok = False
+    missing_key = bool(api_key_env and not has_key)
+    ok = not missing_key
+    if missing_key:
         checks.append(f"credentials: {api_key_env} is not set")
         fix = f"set {api_key_env}"
     elif api_key_env:
@@ -134,6 +134,9 @@ async def http_health(
     if status is None:
         checks.append(f"reachable: no ({problem})")
         return ProviderHealth(False, tuple(checks), fix or f"check that {base_url} is reachable")
+    if status in (401, 403) and missing_key:  # no key was sent: the refusal is expected
+        checks.append(f"reachable: yes (HTTP {status} without a key, in {latency:g} ms)")
+        return ProviderHealth(False, tuple(checks), fix, latency)
     if status in (401, 403):
         checks.append(f"reachable: yes, but the API key was rejected (HTTP {status})")
         env = api_key_env or default_api_key_env
