@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from fakes.upstream import FakeUpstream, Status, Text
+from fakes.upstream import DieMidStream, FakeUpstream, Status, Text
 from olp_server import OWNER_TOKEN, olp_server
 
 # The request's own objects; the test client and the fake upstream (same process) may
@@ -29,6 +29,7 @@ _SERVER_TYPES = {
     "Flight",
     "FlightView",
     "LeaderView",
+    "Served",
 }
 
 
@@ -77,10 +78,16 @@ def test_requests_leave_no_cycles(
             client.post("/v1/chat/completions", json=_chat("m"), headers={"Authorization": "x"}),
         ]
         assert [r.status_code for r in refused] == [503, 404, 400, 401]
+        # A stream cut off after its first bytes: it ends as truncated ("length"), and
+        # neither the flight nor the error it keeps for its listeners outlives it.
+        for _ in range(3):
+            upstream.script(DieMidStream())
+            cut = client.post("/v1/chat/completions", json=_chat("m", stream=True), headers=headers)
+            assert cut.status_code == 200 and '"finish_reason":"length"' in cut.text
         gc.collect()
         left = [type(o).__name__ for o in gc.garbage if type(o).__name__ in _SERVER_TYPES]
     assert left == []
 
 
-def _chat(model: str) -> dict[str, object]:
-    return {"model": model, "messages": [{"role": "user", "content": "hi"}]}
+def _chat(model: str, *, stream: bool = False) -> dict[str, object]:
+    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}

@@ -216,9 +216,18 @@ class Flight:
         return view
 
     def raise_error(self) -> None:
-        if self._error is not None:
+        error, tb = self._error, self._error_tb
+        if error is None:
+            return
+        if not self.views:
+            # The last listener: the flight lets go of the error, whose traceback holds
+            # the frames that hold the flight (a cycle, left for the garbage collector).
+            self._error = self._error_tb = None
+        try:
             # The same exception for every listener, each time with the upstream's traceback.
-            raise self._error.with_traceback(self._error_tb)
+            raise error.with_traceback(tb)
+        finally:
+            error = tb = None  # this frame joins the traceback: it must not hold them
 
     # -- listeners leaving ---------------------------------------------------------------
 

@@ -87,7 +87,8 @@ class Served:
                 # Rule 3: content already reached the client; end honestly, never retry.
                 exc = _as_provider_error(raw, self.hop.name)
                 self.truncated = True
-                self.error = exc
+                # Kept without its traceback, whose frames (this one too) hold `self`.
+                self.error = exc.with_traceback(None)
                 self.engine.after_commit_failure(self, exc)
                 yield Finish("length")
                 return
