@@ -18,7 +18,7 @@ from olp.accounts import hash_key
 from olp.cli.common import client_base_url
 
 from fakes.upstream import FakeUpstream, Slow
-from olp_server import ProcessServer, write_config
+from olp_server import ProcessServer, free_port, write_config
 
 
 def config_for(upstream: FakeUpstream) -> dict[str, object]:
@@ -80,7 +80,13 @@ def test_invalid_config_exits_without_traceback(
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.json").write_bytes(content)
-    env = {**os.environ, "OLP_HOME": str(home), "OLP_OWNER_TOKEN": "t"}
+    # A free port: a provider type is checked after the port is bound.
+    env = {
+        **os.environ,
+        "OLP_HOME": str(home),
+        "OLP_OWNER_TOKEN": "t",
+        "OLP_PORT": str(free_port()),
+    }
     proc = subprocess.run(
         [sys.executable, "-m", "olp", "start"], env=env, capture_output=True, text=True, timeout=30
     )

@@ -19,7 +19,7 @@ from olp.cli.common import (
     fail,
     load_or_exit,
 )
-from olp.config import Config
+from olp.config import Config, load_config
 from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging, redacted_url
 
@@ -38,7 +38,9 @@ def start(host: str | None, port: int | None) -> None:
     Reads $OLP_HOME/config.json (or detects providers when there is none). On the first
     start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
     Ctrl-C stops accepting requests and lets streams in flight finish, up to
-    server.shutdown_grace_s seconds.
+    server.shutdown_grace_s seconds. Edits to config.json apply while it runs (its
+    providers, routing and pricing; checked every second, or at once on SIGHUP); a file
+    that does not load is logged and changes nothing.
 
     \b
     Examples:
@@ -46,17 +48,17 @@ def start(host: str | None, port: int | None) -> None:
       olp start --host 0.0.0.0 --port 8080
       OLP_HOME=/srv/olp OLP_LOG_LEVEL=debug olp start
     """
-    config = load_or_exit()
-    server = config.server
+    loaded = load_or_exit()
+    server = loaded.server
     config = replace(
-        config, server=replace(server, host=host or server.host, port=port or server.port)
+        loaded, server=replace(server, host=host or server.host, port=port or server.port)
     )
     _announce(config)
     # Bound before anything else starts (the owner key, databases, providers' clients): a
     # port in use is then one clear line, and nothing was made for a server that never ran.
     sockets = _bind(config.server.host, config.server.port)
     _ensure_owner_key(config)
-    _serve(config, sockets)
+    _serve(config, loaded, sockets)
 
 
 def _announce(config: Config) -> None:
@@ -94,7 +96,7 @@ def _store_has_owner_key(config: Config) -> bool:
         )
 
 
-def _serve(config: Config, sockets: list[socket.socket]) -> None:
+def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None:
     import uvicorn
 
     from olp.server import create_app
@@ -108,6 +110,7 @@ def _serve(config: Config, sockets: list[socket.socket]) -> None:
             fail(str(exc), hint="fix the file, then run `olp config check`")
         except OLPError as exc:  # e.g. a damaged or locked SQLite file under OLP_HOME
             fail(exc.message)
+        app.watch_config(load_config, loaded)  # config.json edits apply without a restart
         click.echo(
             f"olp: listening on {base_url(config.server.host, config.server.port)}", err=True
         )

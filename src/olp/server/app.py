@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -23,7 +25,7 @@ from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
 from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
-from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore, soft_trigger_warnings
+from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
@@ -37,6 +39,7 @@ from olp.server.metrics_api import metrics_endpoint
 from olp.server.observers import ledger_attempts, ledger_requests, limit_usage
 from olp.server.quota_api import quota_status
 from olp.server.quota_sync import QuotaSync
+from olp.server.reload import ConfigReloader, warn_soft_triggers
 from olp.server.routes import health, list_models
 from olp.server.status_api import management_status
 from olp.wire.openai_chat import error_body
@@ -83,7 +86,8 @@ def create_app(
 ) -> OLPApp:
     """Build the ASGI app. Raises ConfigError if a provider cannot be built."""
     registry = registry or load_registry()
-    providers = build_providers(config, load_plugins() if plugins is None else plugins, registry)
+    plugins = load_plugins() if plugins is None else plugins
+    providers = build_providers(config, plugins, registry)
     cooldowns = Cooldowns(clock)
     quota = QuotaBook(cooldowns, config.routing.soft_triggers, _snapshots(providers), clock)
     engine = FallbackEngine(
@@ -95,11 +99,7 @@ def create_app(
     )
     sync = QuotaSync(quota, QuotaStore(config.home / "quota.db"))
     sync.load()
-    for warning in soft_trigger_warnings(
-        config.routing.soft_triggers,
-        {name: p.capabilities.quota_signals for name, p in providers.items()},
-    ):
-        log.warning("soft_trigger_never_fires", detail=warning)
+    warn_soft_triggers(config, providers)
     ctx = AppContext(
         config=config,
         registry=registry,
@@ -114,6 +114,7 @@ def create_app(
         pricing=Pricing(registry, config),
         cache=ResponseCache(config.cache, config.home, clock),
         version=__version__,
+        plugins=plugins,
     )
     _wire_observers(ctx, clock)
     return OLPApp(ctx, sync)
@@ -126,8 +127,8 @@ def _wire_observers(ctx: AppContext, clock: Clock) -> None:
     ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
     if config.ledger.enabled:  # `"ledger": {"enabled": false}`: no usage rows at all
         engine.listeners.append(ledger_attempts(ctx.ledger))
-        ctx.observers.append(ledger_requests(ctx.ledger, ctx.pricing, config))
-    ctx.observers.append(limit_usage(ctx.limits, ctx.pricing, config))
+        ctx.observers.append(ledger_requests(ctx.ledger, ctx))
+    ctx.observers.append(limit_usage(ctx.limits, ctx))
     engine.listeners.append(ctx.metrics.on_attempt)
     ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets
 
@@ -148,6 +149,14 @@ class OLPApp:
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
         self._deadlines = Deadlines()  # request bodies' read deadlines, on one timer
+        self._reloader: ConfigReloader | None = None
+
+    def watch_config(self, load: Callable[[], Config], loaded: Config) -> None:
+        """Reload config.json when it changes or on SIGHUP (`olp start`; see server.reload).
+
+        `load` reads the configuration as at start; `loaded` is what it gave then.
+        """
+        self._reloader = ConfigReloader(self.ctx, load, loaded)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -179,6 +188,9 @@ class OLPApp:
                 if self.ctx.config.cache.redis_url is None:  # a shared store polls Redis
                     poller = CacheControlPoller(self.ctx)
                     self._background.append(asyncio.create_task(poller.run()))
+                if self._reloader is not None:
+                    self._background.append(asyncio.create_task(self._reloader.run()))
+                    _on_sighup(self._reloader.on_signal)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self.aclose()
@@ -191,6 +203,9 @@ class OLPApp:
         for task in self._background:
             task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
+        if self._reloader is not None:
+            _on_sighup(None)
+            await self._reloader.aclose()  # closes the providers a reload retired
         if isinstance(self.ctx.auth, DbAuthenticator):
             await self.ctx.auth.aclose()  # writes the last-used times still in memory
         results = await asyncio.gather(
@@ -202,6 +217,16 @@ class OLPApp:
         await self.ctx.cache.aclose()  # flights were cancelled with the providers' streams
         # Last: every row recorded until now (also while providers closed) is written.
         await self.ctx.ledger.aclose()
+
+
+def _on_sighup(handler: Callable[[], None] | None) -> None:
+    """Route SIGHUP to `handler` (None: back to the default); only the main thread can."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+        if handler is None:
+            loop.remove_signal_handler(signal.SIGHUP)
+        else:
+            loop.add_signal_handler(signal.SIGHUP, handler)
 
 
 def _route(method: str, path: str) -> Handler:

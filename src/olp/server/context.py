@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from olp.accounts import Authenticator, Identity, check_access, extract_token, usable_providers
@@ -13,7 +14,7 @@ from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import Chain, FallbackEngine, Hop, Router
 from olp.errors import UnpricedModel
-from olp.providers.base import Provider
+from olp.providers.base import Provider, ProviderPlugin
 from olp.quota import Cooldowns, QuotaBook
 from olp.registry import Registry
 from olp.server.asgi import Request
@@ -44,6 +45,8 @@ class AppContext:
     cache: ResponseCache
     version: str
     started_at: float = field(default_factory=time.time)
+    # The provider types this OLP can build (a config reload builds new providers).
+    plugins: Mapping[str, ProviderPlugin] = field(default_factory=dict)
     # Told about every finished chat request (ledger, limits, metrics); O(1) each.
     observers: list[OutcomeObserver] = field(default_factory=list)
     # Per-key limits (requests/min, /day, tokens/day, USD/month), counted in memory.
@@ -82,6 +85,10 @@ class AppContext:
             self._authorized.clear()  # (old keys' entries; the live ones come straight back)
         self._authorized[at] = (identity, chain, usable)
         return usable
+
+    def forget_authorizations(self) -> None:
+        """After a config reload: the chains remembered here are the old routing's."""
+        self._authorized.clear()
 
     def _usable_chain(self, identity: Identity, chain: Chain) -> Chain:
         providers = chain.providers()

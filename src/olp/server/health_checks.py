@@ -35,6 +35,11 @@ class HealthChecks:
         """The last result per provider: {ok, checks, fix, latency_ms, checked_at}."""
         return self._results
 
+    def forget(self) -> None:
+        """Make the next look start a new round (the providers changed: a config reload)."""
+        self._checked_at = 0.0
+        self._results = {}
+
     def refresh_if_stale(self, providers: Mapping[str, Provider]) -> asyncio.Task[None] | None:
         """Start a round in the background if the last one is older than `ttl_s`.
 

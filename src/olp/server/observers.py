@@ -12,6 +12,7 @@ from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import NO_COST, Cost, Pricing
 from olp.config import Config
 from olp.engine import Attempt, AttemptListener
+from olp.server.context import AppContext
 from olp.server.outcome import OutcomeObserver, RequestOutcome
 
 __all__ = ["ledger_attempts", "ledger_requests", "limit_usage"]
@@ -36,7 +37,10 @@ def _price(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
     return pricing.price_request(outcome.provider, ptype, outcome.model, outcome.usage)
 
 
-def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> OutcomeObserver:
+def ledger_requests(ledger: Ledger, ctx: AppContext) -> OutcomeObserver:
+    """A ledger row per request; prices and providers are read from `ctx` at the time (a
+    config reload replaces them)."""
+
     def observe(outcome: RequestOutcome) -> None:
         identity = outcome.identity
         if identity is None:
@@ -57,7 +61,7 @@ def ledger_requests(ledger: Ledger, pricing: Pricing, config: Config) -> Outcome
                 cache=outcome.cache,
                 error_code=outcome.error_code,
                 usage=outcome.usage,
-                cost=request_cost(outcome, pricing, config) if answered else NO_COST,
+                cost=request_cost(outcome, ctx.pricing, ctx.config) if answered else NO_COST,
                 latency_ms=outcome.latency_ms,
                 ttft_ms=outcome.ttft_ms,
                 stream=outcome.stream,
@@ -94,7 +98,7 @@ def ledger_attempts(ledger: Ledger) -> AttemptListener:
     return listen
 
 
-def limit_usage(limits: LimitKeeper, pricing: Pricing, config: Config) -> OutcomeObserver:
+def limit_usage(limits: LimitKeeper, ctx: AppContext) -> OutcomeObserver:
     """Tokens and API-equivalent USD a key consumed count against its daily/monthly limits."""
 
     def observe(outcome: RequestOutcome) -> None:
@@ -102,7 +106,7 @@ def limit_usage(limits: LimitKeeper, pricing: Pricing, config: Config) -> Outcom
             return
         if outcome.cache == "hit" or outcome.shared:
             return  # answered without an upstream call: nothing consumed
-        cost = request_cost(outcome, pricing, config)
+        cost = request_cost(outcome, ctx.pricing, ctx.config)
         limits.on_usage(
             outcome.identity.key_id, outcome.usage.total_tokens, cost.api_cost_usd or 0.0
         )

@@ -9,10 +9,10 @@ their parsed request and fingerprint; a dict lookup on the body bytes replaces b
 Each kept body also remembers how it was last answered (`LastHit`), when that was a hit on
 the first hop of the asking key's chain. Routing, the key's allow-lists and the chain walk
 then all led to one stored answer, and they depend only on the body, the key's settings
-and the config, which are frozen while the server runs. So when the same key sends the
-same body again, without a `Cache-Control` header, and the cache still holds that very
-answer (`LastHit.answer_for`), the handler replays it without walking the chain again:
-the same answer, headers, counts and ledger row. Measured side by side with the cache's
+and the config (a config reload starts a new memo: `olp.server.reload`). So when the same
+key sends the same body again, without a `Cache-Control` header, and the cache still holds
+that very answer (`LastHit.answer_for`), the handler replays it without walking the chain
+again: the same answer, headers, counts and ledger row. Measured side by side with the cache's
 kept JSON rendering (`CachedAnswer.response`): about a sixth less CPU per JSON hit, and
 +20 % hits per second at 64 connections.
 

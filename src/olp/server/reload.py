@@ -1,0 +1,221 @@
+"""Reloading config.json while OLP runs: providers, chains and prices, without a restart.
+
+The server looks at `$OLP_HOME/config.json` once a second, and at once on SIGHUP. A file
+that loads and validates replaces the running `providers`, `routing` and `pricing`; a file
+that does not (a typo, an editor's half-written save) is logged with every problem it
+has, and the running configuration stays. The other sections (`server`, `auth`, `cache`,
+`ledger`, `log_level`) belong to objects built once at start — a socket, the cache's
+stores, the ledger's writer — so a change there is logged as waiting for a restart.
+
+A provider whose entry did not change keeps its object, with its connection pool, its
+child processes and its quota signals; cooldowns and quota counters are kept by name for
+every provider. A provider removed or changed is retired: requests already using it
+finish on it, and it is closed once the longest of them is past its deadline
+(`timeouts.total_ms`), or when the server stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from olp.accounts.pricing import Pricing
+from olp.config import Config
+from olp.engine import Router
+from olp.errors import ConfigError
+from olp.observability import event_logger
+from olp.providers.base import Provider
+from olp.providers.loader import build_providers
+from olp.quota import soft_trigger_warnings
+from olp.server.context import AppContext
+from olp.server.parse_memo import ParseMemo
+
+__all__ = ["RESTART_SECTIONS", "ConfigReloader", "Reloaded", "apply_config", "warn_soft_triggers"]
+
+log = event_logger("olp.server")
+
+# What a reload cannot change: built once, at start.
+RESTART_SECTIONS = ("server", "auth", "cache", "ledger", "log_level")
+_RETIRE_GRACE_S = 5.0
+# (inode, size, mtime in ns): a save changes at least one of them.
+_Signature = tuple[int, int, int] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Reloaded:
+    """What a reload changed (provider names), and what waits for a restart."""
+
+    added: tuple[str, ...]
+    removed: tuple[str, ...]
+    changed: tuple[str, ...]
+    restart_needed: tuple[str, ...]
+
+
+def warn_soft_triggers(config: Config, providers: Mapping[str, Provider]) -> None:
+    """Log each soft trigger that can never fire for its provider."""
+    signals = {name: p.capabilities.quota_signals for name, p in providers.items()}
+    for warning in soft_trigger_warnings(config.routing.soft_triggers, signals):
+        log.warning("soft_trigger_never_fires", detail=warning)
+
+
+def apply_config(
+    ctx: AppContext, new: Config, before: Config
+) -> tuple[Reloaded, dict[str, Provider]]:
+    """Swap `new`'s providers, routing and pricing into `ctx`; return what changed and the
+    retired providers (still open). `before` is the config loaded last time, before any
+    command-line override, to tell which other sections the file changed.
+
+    Raises ConfigError (nothing swapped) if a new or changed provider cannot be built.
+    """
+    running = ctx.config
+    target = replace(
+        running,
+        providers=new.providers,
+        routing=new.routing,
+        pricing=new.pricing,
+        source=new.source,
+        notes=new.notes,
+    )
+    enabled = target.enabled_providers()
+    kept = {n: p for n, p in ctx.providers.items() if running.providers.get(n) == enabled.get(n)}
+    fresh = {n: pconf for n, pconf in enabled.items() if n not in kept}
+    built = build_providers(replace(target, providers=fresh), ctx.plugins, ctx.registry)
+    retired = {n: p for n, p in ctx.providers.items() if n not in kept}
+    reloaded = Reloaded(
+        added=tuple(n for n in built if n not in ctx.providers),
+        removed=tuple(n for n in retired if n not in enabled),
+        changed=tuple(n for n in built if n in ctx.providers),
+        restart_needed=tuple(s for s in RESTART_SECTIONS if getattr(new, s) != getattr(before, s)),
+    )
+    _swap(ctx, target, {n: kept.get(n) or built[n] for n in enabled})
+    return reloaded, retired
+
+
+def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> None:
+    # In place: the quota book reads each provider's signals through this very dict.
+    ctx.providers.clear()
+    ctx.providers.update(providers)
+    ctx.router = Router(config, ctx.registry, ctx.providers)
+    ctx.pricing = Pricing(ctx.registry, config)
+    ctx.quota.thresholds = config.routing.soft_triggers
+    ctx.engine.default_retry_after_s = config.routing.default_retry_after_s
+    ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
+    ctx.config = config
+    # Both remember answers worked out under the old routing (chains, last hits).
+    ctx.forget_authorizations()
+    ctx.parse_memo = ParseMemo()
+    ctx.health_checks.forget()
+
+
+class ConfigReloader:
+    """Watches config.json (and SIGHUP) and applies each valid version; see the module doc.
+
+    `load` reads and validates the configuration as `olp start` did; `loaded` is what it
+    returned at start.
+    """
+
+    def __init__(
+        self,
+        ctx: AppContext,
+        load: Callable[[], Config],
+        loaded: Config,
+        *,
+        poll_s: float = 1.0,
+    ) -> None:
+        self._ctx = ctx
+        self._load = load
+        self._loaded = loaded
+        self._poll_s = poll_s
+        self._path = loaded.config_path
+        self._seen = _signature(self._path)
+        self._lock = asyncio.Lock()
+        self._tasks: set[asyncio.Future[object]] = set()
+        self._retired: dict[int, Provider] = {}  # by id: not yet closed
+
+    async def run(self) -> None:
+        """Poll the file's signature; reload when it changed."""
+        while True:
+            await asyncio.sleep(self._poll_s)
+            seen = _signature(self._path)
+            if seen != self._seen:
+                self._seen = seen
+                try:
+                    await self.reload("config.json changed")
+                except Exception:  # a bug here must not end the watching
+                    log.error("config_reload_error", exc_info=True)
+
+    def on_signal(self) -> None:
+        """SIGHUP: reload now (the handler must not block: the reload runs as a task)."""
+        self._spawn(self.reload("SIGHUP"))
+
+    async def reload(self, why: str) -> Reloaded | None:
+        """Load, validate and apply config.json; None (and an error logged) if it failed."""
+        async with self._lock:
+            before = self._loaded
+            try:
+                # Off the loop: reading the file, and with no file, probing local servers.
+                new = await asyncio.to_thread(self._load)
+                reloaded, retired = apply_config(self._ctx, new, before)
+            except ConfigError as exc:
+                log.error("config_reload_failed", why=why, error=str(exc), kept="running config")
+                return None
+            self._loaded = new
+        self._report(why, reloaded)
+        warn_soft_triggers(self._ctx.config, self._ctx.providers)
+        for name, provider in retired.items():
+            # The longest a request that took the old provider may still be using it.
+            old = before.providers.get(name)
+            total_s = (old.timeouts.total_ms if old is not None else 600_000) / 1000
+            self._retired[id(provider)] = provider
+            self._spawn(self._close_later(name, provider, total_s + _RETIRE_GRACE_S))
+        return reloaded
+
+    def _report(self, why: str, reloaded: Reloaded) -> None:
+        log.info(
+            "config_reloaded",
+            why=why,
+            providers=sorted(self._ctx.providers),
+            added=list(reloaded.added),
+            removed=list(reloaded.removed),
+            changed=list(reloaded.changed),
+            chains=sorted(self._ctx.config.routing.chains),
+        )
+        if reloaded.restart_needed:
+            log.warning(
+                "config_reload_needs_restart",
+                sections=list(reloaded.restart_needed),
+                detail="these sections take effect at the next `olp start`",
+            )
+
+    async def _close_later(self, name: str, provider: Provider, delay_s: float) -> None:
+        await asyncio.sleep(delay_s)
+        if self._retired.pop(id(provider), None) is None:
+            return  # closed by aclose() meanwhile
+        try:
+            await provider.aclose()
+        except Exception as exc:
+            log.warning("provider_close_failed", provider=name, error=repr(exc))
+
+    def _spawn(self, coro: Coroutine[object, object, object]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def aclose(self) -> None:
+        """Stop watching; close every retired provider now (the server is stopping)."""
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        retired, self._retired = self._retired, {}
+        await asyncio.gather(*(p.aclose() for p in retired.values()), return_exceptions=True)
+
+
+def _signature(path: Path) -> _Signature:
+    try:
+        st = os.stat(path)
+    except OSError:  # no file (detection), or unreadable: load_config will say which
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns

@@ -1,0 +1,171 @@
+"""config.json edits apply to a running `olp start`: on change, or on SIGHUP; a bad edit
+keeps the running configuration (real server processes, real upstreams)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from fakes.upstream import FakeUpstream, Slow
+from olp_server import OWNER_TOKEN, ProcessServer, write_config
+
+HEADERS = {"Authorization": f"Bearer {OWNER_TOKEN}"}
+INFO = {"OLP_LOG_LEVEL": "info"}
+_ASKED = itertools.count()
+
+
+def chat(server: ProcessServer, model: str, **extra: Any) -> httpx.Response:
+    # A new question each time: every request reaches a provider (the cache is on).
+    question = f"question {next(_ASKED)}"
+    body = {"model": model, "messages": [{"role": "user", "content": question}], **extra}
+    return httpx.post(
+        f"{server.base_url}/v1/chat/completions", json=body, headers=HEADERS, timeout=30
+    )
+
+
+def provider(up: FakeUpstream) -> dict[str, Any]:
+    return {"type": "openai-http", "base_url": up.openai_base_url}
+
+
+def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def answered_by(server: ProcessServer, model: str, name: str) -> bool:
+    resp = chat(server, model)
+    return resp.status_code == 200 and resp.headers["x-olp-provider-used"] == name
+
+
+def stop(server: ProcessServer) -> str:
+    server.terminate()
+    assert server.proc is not None
+    _, stderr = server.proc.communicate(timeout=30)
+    assert "Traceback" not in stderr
+    return stderr
+
+
+def test_an_edit_applies_without_a_restart_and_spares_requests_in_flight(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(
+        home,
+        {
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": "x"}]}},
+        },
+    )
+    with ProcessServer(home, INFO) as server:
+        assert answered_by(server, "m", "a")
+        # A stream that takes ~2 s on provider `a`, which the edit below removes.
+        alpha.script(Slow(chunk_delay_s=0.3, chunks=7, text="one two three four five six seven"))
+        streamed: list[httpx.Response] = []
+        slow = threading.Thread(target=lambda: streamed.append(chat(server, "m", stream=True)))
+        slow.start()
+        assert alpha.wait_for(lambda: alpha.calls == 2)
+        write_config(
+            home,
+            {
+                "providers": {"b": provider(beta)},
+                "routing": {
+                    "chains": {
+                        "m": [{"provider": "b", "model": "x"}],
+                        "n": [{"provider": "b", "model": "y"}],
+                    }
+                },
+            },
+        )
+        assert eventually(lambda: answered_by(server, "m", "b"))
+        assert answered_by(server, "n", "b")  # a chain the running server did not have
+        slow.join(timeout=30)
+        # The retired provider finished the request it had: a whole answer, not a cut one.
+        (done,) = streamed
+        assert done.status_code == 200
+        assert done.headers["x-olp-provider-used"] == "a"
+        assert '"finish_reason":"stop"' in done.text
+        assert '"finish_reason":"length"' not in done.text
+        models = httpx.get(f"{server.base_url}/v1/models", headers=HEADERS).json()
+        assert {"m", "n"} <= {m["id"] for m in models["data"]}
+        stderr = stop(server)
+    reloaded = [orjson.loads(line) for line in stderr.splitlines() if "config_reloaded" in line]
+    assert reloaded and reloaded[0]["added"] == ["b"] and reloaded[0]["removed"] == ["a"]
+
+
+def test_a_bad_edit_keeps_the_running_config(tmp_path: Path, alpha: FakeUpstream) -> None:
+    home = tmp_path / "home"
+    good = {
+        "providers": {"a": provider(alpha)},
+        "routing": {"chains": {"m": [{"provider": "a", "model": "x"}]}},
+    }
+    write_config(home, good)
+    with ProcessServer(home, INFO) as server:
+        bad_edits = [
+            b'{"providers": {"a": ',  # an editor's half-written save
+            orjson.dumps({**good, "routing": {"chains": {"m": [{"provider": "ghost"}]}}}),
+            orjson.dumps({"providers": {"a": {"type": "warp-drive"}}}),  # cannot be built
+        ]
+        for edit in bad_edits:
+            (home / "config.json").write_bytes(edit)
+            time.sleep(1.5)  # more than one look at the file
+            assert answered_by(server, "m", "a")
+        # Fixed: the next save applies.
+        write_config(
+            home, {**good, "routing": {"chains": {"renamed": good["routing"]["chains"]["m"]}}}
+        )
+        assert eventually(lambda: answered_by(server, "renamed", "a"))
+        assert chat(server, "m").status_code == 404
+        stderr = stop(server)
+    assert "config_reload_failed" in stderr
+    for problem in ("invalid JSON", "unknown provider 'ghost'", "unknown provider type"):
+        assert problem in stderr, problem
+
+
+def test_sighup_reloads_and_says_which_sections_need_a_restart(
+    tmp_path: Path, alpha: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    path = home / "config.json"
+
+    def config(model: str, max_body: int) -> dict[str, Any]:
+        return {
+            "server": {"max_body_bytes": max_body},
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": model}]}},
+        }
+
+    write_config(home, config("model-1", 1_000_000))
+    with ProcessServer(home, INFO) as server:
+        assert answered_by(server, "m", "a")
+        assert alpha.requests[-1].json["model"] == "model-1"
+        # The same size and times: only SIGHUP can tell the server to look.
+        st = path.stat()
+        path.write_bytes(orjson.dumps(config("model-2", 2_000_000)))
+        os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+        time.sleep(1.5)
+        assert answered_by(server, "m", "a")
+        assert alpha.requests[-1].json["model"] == "model-1"
+        server.terminate(signal.SIGHUP)
+
+        def on_model_2() -> bool:
+            return answered_by(server, "m", "a") and alpha.requests[-1].json["model"] == "model-2"
+
+        assert eventually(on_model_2)
+        stderr = stop(server)
+    restart = [
+        orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_needs_restart" in ln
+    ]
+    assert restart and restart[0]["sections"] == ["server"]
