@@ -50,6 +50,12 @@ def answered_by(server: ProcessServer, model: str, name: str) -> bool:
     return resp.status_code == 200 and resp.headers["x-olp-provider-used"] == name
 
 
+def config_status(server: ProcessServer) -> dict[str, Any]:
+    resp = httpx.get(f"{server.base_url}/v0/management/status", headers=HEADERS)
+    config: dict[str, Any] = resp.json()["config"]
+    return config
+
+
 class LogTail:
     """The server's stderr (its JSON log), read as it comes."""
 
@@ -146,12 +152,16 @@ def test_a_bad_edit_keeps_the_running_config(tmp_path: Path, alpha: FakeUpstream
             (home / "config.json").write_bytes(edit)
             assert log.has(problem), problem
             assert answered_by(server, "m", "a")
+            # The owner sees it in the status (and the dashboard's banner) too.
+            assert problem in (config_status(server)["reload_error"] or "")
         # Fixed: the next save applies.
         write_config(
             home, {**good, "routing": {"chains": {"renamed": good["routing"]["chains"]["m"]}}}
         )
         assert eventually(lambda: answered_by(server, "renamed", "a"))
         assert chat(server, "m").status_code == 404
+        status = config_status(server)
+        assert status["reload_error"] is None and status["reloads"] == 1
         stderr = log.stop()
     failed = [orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_failed" in ln]
     assert len(failed) >= 3  # (a save caught half-written fails once more)

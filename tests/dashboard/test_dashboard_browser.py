@@ -17,7 +17,7 @@ from live_olp import bearer, chat, get
 from playwright.sync_api import sync_playwright
 
 from fakes.upstream import FakeUpstream, Status
-from olp_server import OWNER_TOKEN, ThreadServer
+from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer, write_config
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -155,3 +155,28 @@ def test_pasting_the_owner_key_opens_the_dashboard(olp: ThreadServer, browser: A
     assert page.is_visible("#login")
     assert page.evaluate("sessionStorage.length") == 0
     assert errors == []
+
+
+def test_a_config_edit_that_does_not_load_shows_a_banner(
+    tmp_path: Path, alpha: FakeUpstream, browser: Any
+) -> None:
+    home = tmp_path / "home"
+    good = {"providers": {"alpha": {"type": "openai-http", "base_url": alpha.openai_base_url}}}
+    write_config(home, good)
+    with ProcessServer(home) as server:
+        page = browser.new_page()
+        errors = console_errors(page)
+        page.goto(f"{server.base_url}/dashboard#key={OWNER_TOKEN}")
+        page.wait_for_selector("#main:not([hidden])")
+        assert page.is_hidden("#banner")
+
+        (home / "config.json").write_bytes(b'{"providers": ')  # a bad save
+        page.wait_for_selector("#banner:not([hidden])", timeout=15_000)
+        text = page.text_content("#banner") or ""
+        assert "config.json was not reloaded" in text and "invalid JSON" in text
+        assert "keeps running with the last good file" in text
+        page.screenshot(path=str(OUTPUT / "dashboard-config-banner.png"))
+
+        write_config(home, good)  # fixed: the banner goes at the next poll
+        page.wait_for_selector("#banner", state="hidden", timeout=15_000)
+        assert errors == []

@@ -23,11 +23,22 @@ from olp.server.metrics import Metrics
 from olp.server.outcome import OutcomeObserver
 from olp.server.parse_memo import ParseMemo
 
-__all__ = ["AppContext"]
+__all__ = ["AppContext", "ConfigStatus"]
 
 # Distinct (key, model) pairs whose `authorize` answer is kept: far more than a household
 # uses; past it the memo starts afresh.
 _AUTHORIZED_KEPT = 4096
+
+
+@dataclass(slots=True)
+class ConfigStatus:
+    """What the owner sees of config.json's reloads (`server.reload`) in the status."""
+
+    loaded_at: float = field(default_factory=time.time)
+    reloads: int = 0  # applied since start
+    # The last reload that failed, until one succeeds: what was wrong, and when.
+    reload_error: str | None = None
+    reload_error_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -47,6 +58,7 @@ class AppContext:
     started_at: float = field(default_factory=time.time)
     # The provider types this OLP can build (a config reload builds new providers).
     plugins: Mapping[str, ProviderPlugin] = field(default_factory=dict)
+    config_status: ConfigStatus = field(default_factory=ConfigStatus)
     # Told about every finished chat request (ledger, limits, metrics); O(1) each.
     observers: list[OutcomeObserver] = field(default_factory=list)
     # Per-key limits (requests/min, /day, tokens/day, USD/month), counted in memory.

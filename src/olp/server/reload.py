@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -161,8 +162,13 @@ class ConfigReloader:
                 reloaded, retired = apply_config(self._ctx, new, before)
             except ConfigError as exc:
                 log.error("config_reload_failed", why=why, error=str(exc), kept="running config")
+                status = self._ctx.config_status
+                status.reload_error, status.reload_error_at = str(exc), time.time()
                 return None
             self._loaded = new
+            status = self._ctx.config_status
+            status.loaded_at, status.reloads = time.time(), status.reloads + 1
+            status.reload_error = status.reload_error_at = None
         self._report(why, reloaded)
         warn_soft_triggers(self._ctx.config, self._ctx.providers)
         for name, provider in retired.items():

@@ -57,6 +57,7 @@ def status_payload(ctx: AppContext) -> dict[str, Any]:
             "cache_misses": cache["miss"],
             "cache_bypasses": cache["bypass"],
         },
+        "config": _config_json(ctx),
         "recent_errors": metrics.recent.errors_json(),
         "recent_fallbacks": metrics.recent.fallbacks_json(),
     }
@@ -131,3 +132,15 @@ def _human(seconds: float) -> str:
     minutes, secs = divmod(whole, 60)
     head = f"{days}d " if days else ""
     return f"{head}{hours}h {minutes}m {secs}s"
+
+
+def _config_json(ctx: AppContext) -> dict[str, Any]:
+    status = ctx.config_status
+    return {
+        "source": ctx.config.source,
+        "path": str(ctx.config.config_path),
+        "loaded_at": status.loaded_at,
+        "reloads": status.reloads,
+        "reload_error": status.reload_error,
+        "reload_error_at": status.reload_error_at,
+    }

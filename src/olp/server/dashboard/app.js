@@ -69,6 +69,13 @@
     b.hidden = !message;
   }
 
+  // A config.json edit the server could not load: it keeps running on the last good one.
+  function configBanner(config) {
+    if (!config.reload_error) return banner("");
+    banner(`config.json was not reloaded (${ago(config.reload_error_at)}): ${config.reload_error}. ` +
+      "OLP keeps running with the last good file.", "error");
+  }
+
   function setLive(kind, text) {
     $("live-dot").className = "dot " + kind;
     $("live-text").textContent = text;
@@ -105,7 +112,7 @@
     // countdowns never step back between polls (unless the server's clock really moved).
     const skew = data.generated_at - Date.now() / 1000;
     ui.skew = ui.skew === null || Math.abs(skew - ui.skew) > 30 ? skew : Math.max(ui.skew, skew);
-    banner("");
+    configBanner(data.status.config);
     $("login").hidden = true;
     $("main").hidden = false;
     $("sign-out").hidden = false;
