@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -104,6 +104,16 @@ def olp_server(
     cfg = load_config(server_env(home, env), detect_local_servers=False)
     with ThreadServer(cfg, uvicorn_options=uvicorn_options, **app_kwargs) as server:
         yield server
+
+
+def eventually(check: Callable[[], bool], within_s: float = 5.0) -> bool:
+    """Whether `check` comes true within `within_s` (a server acting in its own time)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.02)
+    return check()
 
 
 def free_port() -> int:

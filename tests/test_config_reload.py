@@ -8,7 +8,6 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +15,12 @@ import httpx
 import orjson
 
 from fakes.upstream import FakeUpstream, Slow
-from olp_server import OWNER_TOKEN, ProcessServer, write_config
+from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
 
 HEADERS = {"Authorization": f"Bearer {OWNER_TOKEN}"}
 INFO = {"OLP_LOG_LEVEL": "info"}
 _ASKED = itertools.count()
+RELOAD_S = 10.0  # the server looks once a second; a loaded CI machine is slow
 
 
 def chat(server: ProcessServer, model: str, **extra: Any) -> httpx.Response:
@@ -34,15 +34,6 @@ def chat(server: ProcessServer, model: str, **extra: Any) -> httpx.Response:
 
 def provider(up: FakeUpstream) -> dict[str, Any]:
     return {"type": "openai-http", "base_url": up.openai_base_url}
-
-
-def eventually(check: Callable[[], bool], timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 def answered_by(server: ProcessServer, model: str, name: str) -> bool:
@@ -68,7 +59,7 @@ class LogTail:
         self._reader.start()
 
     def has(self, text: str) -> bool:
-        return eventually(lambda: any(text in line for line in list(self._lines)))
+        return eventually(lambda: any(text in line for line in list(self._lines)), RELOAD_S)
 
     def stop(self) -> str:
         """Stop the server; its whole log."""
@@ -113,7 +104,7 @@ def test_an_edit_applies_without_a_restart_and_spares_requests_in_flight(
                 },
             },
         )
-        assert eventually(lambda: answered_by(server, "m", "b"))
+        assert eventually(lambda: answered_by(server, "m", "b"), RELOAD_S)
         assert answered_by(server, "n", "b")  # a chain the running server did not have
         slow.join(timeout=30)
         # The retired provider finished the request it had: a whole answer, not a cut one.
@@ -158,7 +149,7 @@ def test_a_bad_edit_keeps_the_running_config(tmp_path: Path, alpha: FakeUpstream
         write_config(
             home, {**good, "routing": {"chains": {"renamed": good["routing"]["chains"]["m"]}}}
         )
-        assert eventually(lambda: answered_by(server, "renamed", "a"))
+        assert eventually(lambda: answered_by(server, "renamed", "a"), RELOAD_S)
         assert chat(server, "m").status_code == 404
         status = config_status(server)
         assert status["reload_error"] is None and status["reloads"] == 1
@@ -197,7 +188,7 @@ def test_sighup_reloads_and_says_which_sections_need_a_restart(
         def on_model_2() -> bool:
             return answered_by(server, "m", "a") and alpha.requests[-1].json["model"] == "model-2"
 
-        assert eventually(on_model_2)
+        assert eventually(on_model_2, RELOAD_S)
         stderr = log.stop()
     restart = [
         orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_needs_restart" in ln

@@ -13,7 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from olp.ir import Usage
 from olp.storage import DatabaseError, open_database
 
 from fakes.upstream import FakeUpstream, Slow
-from olp_server import OWNER_TOKEN, ProcessServer, write_config
+from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -56,15 +56,6 @@ def rows(path: Path, sql: str) -> list[Any]:
 
 def count(path: Path, table: str = "ledger_requests") -> int:
     return int(rows(path, f"SELECT COUNT(*) FROM {table}")[0][0])
-
-
-def eventually(check: Callable[[], bool], within_s: float = 5.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.02)
-    return check()
 
 
 @pytest.fixture
