@@ -135,6 +135,7 @@ def test_config_check_prints_source_providers_and_chains(olp: Olp) -> None:
     assert "OPENAI_API_KEY (set)" in out
     assert "e.g. alpha/gpt-4o-mini" in out
     assert "warnings" not in out
+    assert "a running `olp start` applies this file within a second" in out
     assert SECRET not in out + proc.stderr
     assert_clean(proc)
 
@@ -283,6 +284,7 @@ def test_config_check_without_file_lists_detected_providers(olp: Olp) -> None:
     assert re.search(r"gpt-4o\s+→ openai/gpt-4o", out)
     assert "to add more" in out
     assert "docs/configuration.md" in out
+    assert "applies this file" not in out  # there is no file yet
     assert_clean(proc)
 
 

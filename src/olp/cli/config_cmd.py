@@ -224,6 +224,11 @@ def _print(report: Mapping[str, Any]) -> None:
         f"{len(report['models'])} model name(s)"
     )
     click.secho(summary + (f", {len(warnings)} warning(s)" if warnings else ""), fg="green")
+    if report["config"]["source"] == "file":
+        click.echo(
+            "a running `olp start` applies this file within a second: providers, routing\n"
+            "and pricing (server, auth, cache and ledger at its next start)"
+        )
 
 
 def _print_source(report: Mapping[str, Any]) -> None:

@@ -32,7 +32,7 @@ _AUTHORIZED_KEPT = 4096
 
 @dataclass(slots=True)
 class ConfigStatus:
-    """What the owner sees of config.json's reloads (`server.reload`) in the status."""
+    """What the owner sees of config.json's reloads (`olp.server.reload`) in the status."""
 
     loaded_at: float = field(default_factory=time.time)
     reloads: int = 0  # applied since start

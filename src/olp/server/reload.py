@@ -143,14 +143,17 @@ class ConfigReloader:
             seen = _signature(self._path)
             if seen != self._seen:
                 self._seen = seen
-                try:
-                    await self.reload("config.json changed")
-                except Exception:  # a bug here must not end the watching
-                    log.error("config_reload_error", exc_info=True)
+                await self._reload_guarded("config.json changed")
 
     def on_signal(self) -> None:
         """SIGHUP: reload now (the handler must not block: the reload runs as a task)."""
-        self._spawn(self.reload("SIGHUP"))
+        self._spawn(self._reload_guarded("SIGHUP"))
+
+    async def _reload_guarded(self, why: str) -> None:
+        try:
+            await self.reload(why)
+        except Exception:  # a bug here must not end the watching, nor go unreported
+            log.error("config_reload_error", why=why, exc_info=True)
 
     async def reload(self, why: str) -> Reloaded | None:
         """Load, validate and apply config.json; None (and an error logged) if it failed."""
