@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+import sqlite3
 import threading
 import time
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
-from fakes.upstream import FakeUpstream, Slow
+from fakes.upstream import FakeUpstream, Slow, Text
 from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
 
 HEADERS = {"Authorization": f"Bearer {OWNER_TOKEN}"}
@@ -194,3 +195,30 @@ def test_sighup_reloads_and_says_which_sections_need_a_restart(
         orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_needs_restart" in ln
     ]
     assert restart and restart[0]["sections"] == ["server"]
+
+
+def test_new_prices_apply_to_the_next_requests(tmp_path: Path, alpha: FakeUpstream) -> None:
+    home = tmp_path / "home"
+    usage = {"prompt_tokens": 1000, "completion_tokens": 500, "total_tokens": 1500}
+
+    def config(input_usd: float, output_usd: float) -> dict[str, Any]:
+        return {
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": "priced-model"}]}},
+            "pricing": {"a/priced-model": {"input": input_usd, "output": output_usd}},
+        }
+
+    write_config(home, config(1.0, 2.0))  # USD per million tokens
+    with ProcessServer(home, INFO) as server:
+        alpha.script(Text(usage=usage))
+        assert chat(server, "m").status_code == 200
+        write_config(home, config(10.0, 20.0))
+        assert eventually(lambda: config_status(server)["reloads"] == 1, RELOAD_S)
+        alpha.script(Text(usage=usage))
+        assert chat(server, "m").status_code == 200
+        LogTail(server).stop()  # every ledger row is written at shutdown
+    rows = sqlite3.connect(home / "ledger.db").execute(
+        "SELECT cost_usd FROM ledger_requests ORDER BY id"
+    )
+    # 1000 in + 500 out: $0.001 + $0.001 before the edit, ten times that after.
+    assert [round(cost, 9) for (cost,) in rows] == [0.002, 0.02]
