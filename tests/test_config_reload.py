@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import orjson
 
-from fakes.upstream import FakeUpstream, Slow, Text
+from fakes.upstream import FakeUpstream, Hang, Slow, Text
 from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
 
 HEADERS = {"Authorization": f"Bearer {OWNER_TOKEN}"}
@@ -222,3 +222,23 @@ def test_new_prices_apply_to_the_next_requests(tmp_path: Path, alpha: FakeUpstre
     )
     # 1000 in + 500 out: $0.001 + $0.001 before the edit, ten times that after.
     assert [round(cost, 9) for (cost,) in rows] == [0.002, 0.02]
+
+
+def test_health_checks_after_a_reload_are_of_the_new_providers(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(home, {"providers": {"a": provider(alpha)}})
+    with ProcessServer(home, INFO) as server:
+        alpha.script(Hang(3.0))  # a's health check (its model list) takes 3 s
+        status = httpx.get(f"{server.base_url}/v0/management/status", headers=HEADERS)
+        assert status.status_code == 200  # it started a round of checks in the background
+        assert alpha.wait_for(lambda: alpha.calls == 1)
+        write_config(home, {"providers": {"b": provider(beta)}})
+        assert eventually(lambda: config_status(server)["reloads"] == 1, RELOAD_S)
+        # /health waits for fresh checks: of b, not the round of a still under way.
+        health = httpx.get(f"{server.base_url}/health", headers=HEADERS, timeout=30).json()
+        assert list(health["providers"]) == ["b"]
+        assert health["providers"]["b"]["health"]["ok"] is True
+        assert beta.calls == 1
+        LogTail(server).stop()

@@ -30,6 +30,9 @@ class HealthChecks:
         self._results: dict[str, dict[str, Any]] = {}
         self._checked_at = 0.0  # monotonic time of the last completed round; 0: never
         self._task: asyncio.Task[None] | None = None
+        # A round under way when the providers changed checks the old ones: its results
+        # are dropped, and it still ends (or is cancelled at shutdown) as one of these.
+        self._outdated: set[asyncio.Task[None]] = set()
 
     def results(self) -> dict[str, dict[str, Any]]:
         """The last result per provider: {ok, checks, fix, latency_ms, checked_at}."""
@@ -39,6 +42,10 @@ class HealthChecks:
         """Make the next look start a new round (the providers changed: a config reload)."""
         self._checked_at = 0.0
         self._results = {}
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            self._outdated.add(task)
+            task.add_done_callback(self._outdated.discard)
 
     def refresh_if_stale(self, providers: Mapping[str, Provider]) -> asyncio.Task[None] | None:
         """Start a round in the background if the last one is older than `ttl_s`.
@@ -76,6 +83,8 @@ class HealthChecks:
     async def _round(self, providers: dict[str, Provider]) -> None:
         names = list(providers)
         results = await asyncio.gather(*(self._check(providers[n]) for n in names))
+        if asyncio.current_task() in self._outdated:
+            return
         self._results = dict(zip(names, results, strict=True))
         self._checked_at = time.monotonic()
 
@@ -99,9 +108,10 @@ class HealthChecks:
         }
 
     async def aclose(self) -> None:
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        tasks = [t for t in (self._task, *self._outdated) if t is not None and not t.done()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _failed(message: str, started: float) -> dict[str, Any]:
