@@ -191,6 +191,7 @@ def test_sighup_reloads_and_says_which_sections_need_a_restart(
             return answered_by(server, "m", "a") and alpha.requests[-1].json["model"] == "model-2"
 
         assert eventually(on_model_2, RELOAD_S)
+        assert config_status(server)["restart_needed"] == ["server"]
         stderr = log.stop()
     restart = [
         orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_needs_restart" in ln

@@ -36,6 +36,8 @@ class ConfigStatus:
 
     loaded_at: float = field(default_factory=time.time)
     reloads: int = 0  # applied since start
+    # Sections of the file that differ from the running ones until a restart (server, …).
+    restart_needed: tuple[str, ...] = ()
     # The last reload that failed, until one succeeds: what was wrong, and when.
     reload_error: str | None = None
     reload_error_at: float | None = None

@@ -63,11 +63,11 @@ def warn_soft_triggers(config: Config, providers: Mapping[str, Provider]) -> Non
 
 
 def apply_config(
-    ctx: AppContext, new: Config, before: Config
+    ctx: AppContext, new: Config, started: Config
 ) -> tuple[Reloaded, dict[str, Provider]]:
     """Swap `new`'s providers, routing and pricing into `ctx`; return what changed and the
-    retired providers (still open). `before` is the config loaded last time, before any
-    command-line override, to tell which other sections the file changed.
+    retired providers (still open). `started` is the config loaded at start, before any
+    command-line override: the other sections of `new` that differ wait for a restart.
 
     Raises ConfigError (nothing swapped) if a new or changed provider cannot be built.
     """
@@ -89,7 +89,7 @@ def apply_config(
         added=tuple(n for n in built if n not in ctx.providers),
         removed=tuple(n for n in retired if n not in enabled),
         changed=tuple(n for n in built if n in ctx.providers),
-        restart_needed=tuple(s for s in RESTART_SECTIONS if getattr(new, s) != getattr(before, s)),
+        restart_needed=tuple(s for s in RESTART_SECTIONS if getattr(new, s) != getattr(started, s)),
     )
     _swap(ctx, target, {n: kept.get(n) or built[n] for n in enabled})
     return reloaded, retired
@@ -128,7 +128,8 @@ class ConfigReloader:
     ) -> None:
         self._ctx = ctx
         self._load = load
-        self._loaded = loaded
+        self._started = loaded
+        self._loaded = loaded  # the last version applied
         self._poll_s = poll_s
         self._path = loaded.config_path
         self._seen = _signature(self._path)
@@ -162,7 +163,7 @@ class ConfigReloader:
             try:
                 # Off the loop: reading the file, and with no file, probing local servers.
                 new = await asyncio.to_thread(self._load)
-                reloaded, retired = apply_config(self._ctx, new, before)
+                reloaded, retired = apply_config(self._ctx, new, self._started)
             except ConfigError as exc:
                 log.error("config_reload_failed", why=why, error=str(exc), kept="running config")
                 status = self._ctx.config_status
@@ -171,6 +172,7 @@ class ConfigReloader:
             self._loaded = new
             status = self._ctx.config_status
             status.loaded_at, status.reloads = time.time(), status.reloads + 1
+            status.restart_needed = reloaded.restart_needed
             status.reload_error = status.reload_error_at = None
         self._report(why, reloaded)
         warn_soft_triggers(self._ctx.config, self._ctx.providers)
@@ -192,11 +194,12 @@ class ConfigReloader:
             changed=list(reloaded.changed),
             chains=sorted(self._ctx.config.routing.chains),
         )
-        if reloaded.restart_needed:
+        if reloaded.restart_needed:  # said at each reload, until the restart
             log.warning(
                 "config_reload_needs_restart",
                 sections=list(reloaded.restart_needed),
-                detail="these sections take effect at the next `olp start`",
+                detail="these sections differ from the running ones; they take effect at "
+                "the next `olp start`",
             )
 
     async def _close_later(self, name: str, provider: Provider, delay_s: float) -> None:

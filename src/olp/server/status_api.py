@@ -141,6 +141,7 @@ def _config_json(ctx: AppContext) -> dict[str, Any]:
         "path": str(ctx.config.config_path),
         "loaded_at": status.loaded_at,
         "reloads": status.reloads,
+        "restart_needed": list(status.restart_needed),
         "reload_error": status.reload_error,
         "reload_error_at": status.reload_error_at,
     }

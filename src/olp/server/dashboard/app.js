@@ -69,11 +69,18 @@
     b.hidden = !message;
   }
 
-  // A config.json edit the server could not load: it keeps running on the last good one.
+  // A config.json edit the server could not load (it keeps running on the last good one),
+  // or one that waits for a restart.
   function configBanner(config) {
-    if (!config.reload_error) return banner("");
-    banner(`config.json was not reloaded (${ago(config.reload_error_at)}): ${config.reload_error}. ` +
-      "OLP keeps running with the last good file.", "error");
+    if (config.reload_error) {
+      return banner(`config.json was not reloaded (${ago(config.reload_error_at)}): ` +
+        `${config.reload_error}. OLP keeps running with the last good file.`, "error");
+    }
+    if (config.restart_needed.length) {
+      return banner(`config.json changes to ${config.restart_needed.join(", ")} take effect ` +
+        "when OLP restarts.", "warn");
+    }
+    banner("");
   }
 
   function setLive(kind, text) {
