@@ -416,6 +416,7 @@ def test_setup_yes_writes_a_valid_config_and_an_owner_key(machine: Machine_) -> 
     assert f"--openai-api-key {key}" in out
     assert f"OPENAI_API_KEY={key}" in out
     assert "next: `olp start`, then `olp doctor`" in out
+    assert "already running on this home applies its providers and chains" in out
 
 
 def test_rerun_with_yes_refuses_and_leaves_the_file(machine: Machine_) -> None:

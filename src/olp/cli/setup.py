@@ -323,7 +323,11 @@ def _print_clients(plan: Plan, key: str | None, prefix: str) -> None:
     click.echo(f"Client settings (base URL {base_url}, model {model!r}):\n")
     click.echo(client_snippets(base_url, key, model))
     if plan.providers:
-        click.echo(f"next: `{prefix}olp start`, then `{prefix}olp doctor`")
+        click.echo(
+            f"next: `{prefix}olp start`, then `{prefix}olp doctor` "
+            "(an `olp start` already running on this home applies its providers and chains "
+            "within a second)"
+        )
     else:
         click.echo(
             "next: add a provider (see the note above), run `olp setup` again, then `olp start`"
