@@ -87,6 +87,54 @@ def test_daily_request_threshold_skips_before_any_request(
         assert status["sources"]["requests_today"] == "counter"
 
 
+# 23:00 UTC: the daily counter starts again in an hour.
+LATE_EVENING = 1_800_057_600.0 - 3600
+
+
+def solo(cfg: dict[str, Any]) -> dict[str, Any]:
+    """`cfg` with alpha alone in the chain: a skipped alpha exhausts it."""
+    cfg["routing"]["chains"]["chat"] = [{"provider": "alpha", "model": "a"}]
+    return cfg
+
+
+def test_daily_threshold_says_it_clears_at_utc_midnight(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    clock = FakeClock()
+    clock.now = LATE_EVENING
+    cfg = solo(config(alpha, beta, {"daily_request_count_threshold": 1}))
+    with olp_server(tmp_path, cfg, {"ALPHA_KEY": "k"}, clock=clock) as server:
+        assert ask(server).status_code == 200
+        refused = ask(server)
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "3600"  # not the 30 s default
+        status = quota_of(server, "alpha")
+        assert status["state"] == "soft_limited"
+        assert status["reset_at"] == LATE_EVENING + 3600
+        clock.now = LATE_EVENING + 3600
+        assert ask(server).headers["x-olp-provider-used"] == "alpha"
+        assert alpha.calls == 2
+
+
+def test_five_hour_threshold_clears_when_its_oldest_requests_age_out(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    clock = FakeClock()
+    clock.now = start = LATE_EVENING
+    soft = {"five_hour_window_percent_threshold": 50, "five_hour_capacity": 4}
+    with olp_server(
+        tmp_path, solo(config(alpha, beta, soft)), {"ALPHA_KEY": "k"}, clock=clock
+    ) as server:
+        ask(server)
+        clock.now += 120
+        ask(server)  # 2 of 4: the trigger fires until the first request leaves the window
+        assert ask(server).headers["retry-after"] == str(5 * 3600 - 120)
+        assert quota_of(server, "alpha")["reset_at"] == start + 5 * 3600
+        clock.now = start + 5 * 3600
+        assert ask(server).headers["x-olp-provider-used"] == "alpha"
+        assert alpha.calls == 3
+
+
 def test_five_hour_threshold_counts_against_capacity(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:

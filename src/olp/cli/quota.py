@@ -60,7 +60,7 @@ def _table(rows: list[ProviderQuota]) -> str:
     for q in rows:
         used = q.five_hour_utilisation
         used_text = f"{used.value:.0%} ({used.source})" if used.value is not None else "-"
-        reset = time.strftime("%H:%M UTC", time.gmtime(q.reset_at)) if q.reset_at else "-"
+        reset = _reset_text(q.reset_at, time.time())
         lines.append(
             f"{q.provider:<16} {q.state:<13} {q.requests_today:>6} "
             f"{q.five_hour_requests:>5} {used_text:>14}  {reset}"
@@ -71,6 +71,14 @@ def _table(rows: list[ProviderQuota]) -> str:
             scope = f"{q.provider}/{c.model}" if c.model else q.provider
             lines.append(f"{'':<16} cooling down: {scope} after {c.reason}: {c.message[:80]}")
     return "\n".join(lines)
+
+
+def _reset_text(reset_at: float | None, now: float) -> str:
+    """A time today as HH:MM UTC; on another day with its date (a daily limit: midnight)."""
+    if not reset_at:
+        return "-"
+    same_day = time.gmtime(reset_at)[:3] == time.gmtime(now)[:3]
+    return time.strftime("%H:%M UTC" if same_day else "%Y-%m-%d %H:%M UTC", time.gmtime(reset_at))
 
 
 @click.group()

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from olp.errors import Failure, ProviderError
 from olp.providers.base import QuotaSnapshot
 from olp.quota.cooldowns import Clock, Cooldown, Cooldowns
-from olp.quota.counters import ProviderCounters
+from olp.quota.counters import ProviderCounters, utc_day
 
 __all__ = ["Figure", "ProviderQuota", "QuotaBook", "State"]
 
@@ -44,6 +44,14 @@ class ProviderQuota:
     cooldowns: tuple[Cooldown, ...]
     thresholds: Mapping[str, float]
     fired: tuple[str, ...]  # soft triggers that would fire now
+
+
+@dataclass(frozen=True, slots=True)
+class _Fired:
+    """A soft trigger that fires now, and when it stops by itself (None: not known)."""
+
+    message: str
+    clears_at: float | None
 
 
 @dataclass(slots=True)
@@ -93,7 +101,11 @@ class QuotaBook:
     # -- soft triggers -----------------------------------------------------------------
 
     def soft_gate(self, provider: str) -> ProviderError | None:
-        """The SOFT_TRIGGER error that skips this provider now, or None."""
+        """The SOFT_TRIGGER error that skips this provider now, or None.
+
+        Its `reset_at` is when the triggers that fire stop by themselves, so a client
+        whose chain is exhausted is told to come back then, not in 30 seconds.
+        """
         limits = self.thresholds.get(provider)
         if not limits:
             return None
@@ -102,35 +114,46 @@ class QuotaBook:
             return None
         return ProviderError(
             Failure.SOFT_TRIGGER,
-            f"soft trigger: {fired[0]}",
+            f"soft trigger: {fired[0].message}",
             provider=provider,
-            reset_at=self._reset_at(provider),
+            reset_at=_clears_at(fired),
         )
 
-    def _fired(self, provider: str, limits: Mapping[str, float]) -> list[str]:
+    def _fired(self, provider: str, limits: Mapping[str, float]) -> list[_Fired]:
         now = self._clock()
         entry = self._entry(provider)
-        fired: list[str] = []
+        fired: list[_Fired] = []
         daily = limits.get("daily_request_count_threshold")
         today = entry.counters.requests_today(now)
         if daily is not None and today >= daily:
-            fired.append(f"{today} requests today ≥ daily_request_count_threshold {daily:g}")
+            message = f"{today} requests today ≥ daily_request_count_threshold {daily:g}"
+            fired.append(_Fired(message, (utc_day(now) + 1) * 86_400.0))  # UTC midnight
         five = limits.get("five_hour_window_percent_threshold")
         if five is not None:
             figure = self._five_hour(provider, entry, now)
             if figure.value is not None and figure.value * 100 >= five:
-                fired.append(
+                message = (
                     f"5-hour window {figure.value:.0%} used ({figure.source}) "
                     f"≥ five_hour_window_percent_threshold {five:g}%"
                 )
+                fired.append(_Fired(message, self._five_hour_clears(provider, entry, now, five)))
         credit = limits.get("credit_pool_percent_threshold")
         if credit is not None:
             pool = self._credit(entry)
             if pool.value is not None and pool.value * 100 >= credit:
-                fired.append(
+                message = (
                     f"credit pool {pool.value:.0%} used ≥ credit_pool_percent_threshold {credit:g}%"
                 )
+                fired.append(_Fired(message, self._reset_at(provider)))
         return fired
+
+    def _five_hour_clears(
+        self, provider: str, entry: _Entry, now: float, percent: float
+    ) -> float | None:
+        if entry.signal is not None and entry.signal.five_hour_utilisation is not None:
+            return entry.signal.reset_at  # the provider's own word
+        capacity = self.thresholds.get(provider, {}).get("five_hour_capacity") or 0
+        return entry.counters.window_frees_at(now, percent / 100 * capacity)
 
     def _five_hour(self, provider: str, entry: _Entry, now: float) -> Figure:
         if entry.signal is not None and entry.signal.five_hour_utilisation is not None:
@@ -157,12 +180,13 @@ class QuotaBook:
         entry = self._entry(provider)
         cooling = tuple(c for c in self.cooldowns.active() if c.provider == provider)
         limits = self.thresholds.get(provider, {})
-        fired = tuple(self._fired(provider, limits)) if limits else ()
+        fired = self._fired(provider, limits) if limits else []
         state: State
+        reset = self._reset_at(provider)
         if cooling:
-            state = "cooling_down"
+            state, reset = "cooling_down", max(c.until for c in cooling)
         elif fired:
-            state = "soft_limited"
+            state, reset = "soft_limited", _clears_at(fired) or reset
         elif (
             entry.signal is None
             and entry.counters.requests_today(now) == 0
@@ -171,7 +195,6 @@ class QuotaBook:
             state = "unknown"
         else:
             state = "ok"
-        reset = max((c.until for c in cooling), default=None) or self._reset_at(provider)
         return ProviderQuota(
             provider=provider,
             state=state,
@@ -183,7 +206,7 @@ class QuotaBook:
             signal_seen_at=entry.signal_seen_at,
             cooldowns=cooling,
             thresholds=limits,
-            fired=fired,
+            fired=tuple(f.message for f in fired),
         )
 
     def statuses(self, providers: Iterable[str]) -> list[ProviderQuota]:
@@ -257,3 +280,8 @@ def _signal_from(data: object) -> QuotaSnapshot | None:
         return replace(QuotaSnapshot(), **known)
     except TypeError:
         return None
+
+
+def _clears_at(fired: list[_Fired]) -> float | None:
+    """When every trigger that fires has stopped; the known part if some cannot say."""
+    return max((f.clears_at for f in fired if f.clears_at is not None), default=None)

@@ -41,6 +41,21 @@ class ProviderCounters:
         self._trim(now)
         return sum(count for _, count in self.buckets)
 
+    def window_frees_at(self, now: float, below: float) -> float | None:
+        """When the 5-hour count drops under `below` as its oldest minutes age out.
+
+        None when it is under already, or never will be (`below` <= 0).
+        """
+        self._trim(now)
+        count = sum(n for _, n in self.buckets)
+        if count < below:
+            return None
+        for minute, n in self.buckets:
+            count -= n
+            if count < below:
+                return float(minute * _BUCKET_S + FIVE_HOURS)  # when `_trim` drops it
+        return None
+
     def _trim(self, now: float) -> None:
         oldest = int((now - FIVE_HOURS) // _BUCKET_S)
         while self.buckets and self.buckets[0][0] <= oldest:
