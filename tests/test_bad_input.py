@@ -142,7 +142,9 @@ def test_wrong_content_type_is_415(olp: ThreadServer, content_type: str) -> None
     headers = {**AUTH, "content-type": content_type} if content_type else dict(AUTH)
     resp = post(olp, b'{"model": "m", "messages": []}', headers=headers)
     assert resp.status_code == 415
-    assert error_of(resp)["code"] == "unsupported_media_type"
+    err = error_of(resp)
+    assert err["code"] == "unsupported_media_type"
+    assert "-H 'Content-Type: application/json'" in err["message"]  # how to fix it
 
 
 def test_unknown_model_is_404(olp: ThreadServer) -> None:

@@ -85,7 +85,8 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         if b"application/json" not in content_type.lower():
             raise UnsupportedMediaType(
                 "Content-Type must be application/json "
-                f"(got {content_type.decode('latin-1') or 'none'!r})."
+                f"(got {content_type.decode('latin-1') or 'none'!r}); "
+                "with curl, add -H 'Content-Type: application/json'."
             )
         server = ctx.config.server
         body = await req.body(server.max_body_bytes, server.body_timeout_s)
