@@ -199,6 +199,34 @@ def test_sighup_reloads_and_says_which_sections_need_a_restart(
     assert restart and restart[0]["sections"] == ["server"]
 
 
+def test_auth_applies_without_a_restart(tmp_path: Path, alpha: FakeUpstream) -> None:
+    home = tmp_path / "home"
+
+    def config(anonymous: bool) -> dict[str, Any]:
+        return {
+            "auth": {"allow_anonymous": anonymous},
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": "m"}]}},
+        }
+
+    def anonymous_status() -> int:
+        body = {"model": "m", "messages": [{"role": "user", "content": f"q{next(_ASKED)}"}]}
+        url = f"{server.base_url}/v1/chat/completions"
+        return httpx.post(url, json=body, timeout=30).status_code
+
+    write_config(home, config(True))
+    with ProcessServer(home, INFO) as server:
+        log = LogTail(server)
+        assert anonymous_status() == 200
+        # Closing the door must not wait for a restart.
+        write_config(home, config(False))
+        assert eventually(lambda: anonymous_status() == 401, RELOAD_S)
+        assert config_status(server)["restart_needed"] == []
+        assert log.has('"event":"config_reloaded"')
+        stderr = log.stop()
+    assert "config_reload_needs_restart" not in stderr
+
+
 def test_new_prices_apply_to_the_next_requests(tmp_path: Path, alpha: FakeUpstream) -> None:
     home = tmp_path / "home"
 

@@ -72,7 +72,7 @@ class DbAuthenticator:
     ) -> None:
         self._path = path
         self._owner = {bytes.fromhex(h): OWNER_TOKEN_IDENTITY for h in owner_hashes}
-        self._allow_anonymous = allow_anonymous
+        self.allow_anonymous = allow_anonymous  # a config reload may change it
         self._flush_interval_s = flush_interval_s
         self._clock = clock
         # Used from the event loop only; opened here, possibly on another thread.
@@ -93,7 +93,7 @@ class DbAuthenticator:
 
     def authenticate(self, token: str | None) -> Identity:
         if token is None:
-            if self._allow_anonymous:
+            if self.allow_anonymous:
                 return ANONYMOUS
             raise AuthRequired(_NO_TOKEN)
         digest = hashlib.sha256(token.encode()).digest()

@@ -226,8 +226,8 @@ def _print(report: Mapping[str, Any]) -> None:
     click.secho(summary + (f", {len(warnings)} warning(s)" if warnings else ""), fg="green")
     if report["config"]["source"] == "file":
         click.echo(
-            "a running `olp start` applies this file within a second: providers, routing\n"
-            "and pricing (server, auth, cache and ledger at its next start)"
+            "a running `olp start` applies this file within a second: providers, routing,\n"
+            "pricing and auth (server, cache and ledger at its next start)"
         )
 
 

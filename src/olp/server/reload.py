@@ -1,11 +1,12 @@
-"""Reloading config.json while OLP runs: providers, chains and prices, without a restart.
+"""Reloading config.json while OLP runs: providers, chains, prices and auth, no restart.
 
 The server looks at `$OLP_HOME/config.json` once a second, and at once on SIGHUP. A file
-that loads and validates replaces the running `providers`, `routing` and `pricing`; a file
-that does not (a typo, an editor's half-written save) is logged with every problem it
-has, and the running configuration stays. The other sections (`server`, `auth`, `cache`,
-`ledger`, `log_level`) belong to objects built once at start — a socket, the cache's
-stores, the ledger's writer — so a change there is logged as waiting for a restart.
+that loads and validates replaces the running `providers`, `routing`, `pricing` and
+`auth`; a file that does not (a typo, an editor's half-written save) is logged
+with every problem it has, and the running configuration stays. The other sections
+(`server`, `cache`, `ledger`) belong to objects built once at start — a socket, the
+cache's stores, the ledger's writer — so a change there is logged as waiting for a
+restart.
 
 A provider whose entry did not change keeps its object, with its connection pool, its
 child processes and its quota signals; cooldowns and quota counters are kept by name for
@@ -23,6 +24,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.pricing import Pricing
 from olp.config import Config
 from olp.engine import Router
@@ -39,7 +41,7 @@ __all__ = ["RESTART_SECTIONS", "ConfigReloader", "Reloaded", "apply_config", "wa
 log = event_logger("olp.server")
 
 # What a reload cannot change: built once, at start.
-RESTART_SECTIONS = ("server", "auth", "cache", "ledger", "log_level")
+RESTART_SECTIONS = ("server", "cache", "ledger")
 _RETIRE_GRACE_S = 5.0
 # (inode, size, mtime in ns): a save changes at least one of them.
 _Signature = tuple[int, int, int] | None
@@ -65,7 +67,7 @@ def warn_soft_triggers(config: Config, providers: Mapping[str, Provider]) -> Non
 def apply_config(
     ctx: AppContext, new: Config, started: Config
 ) -> tuple[Reloaded, dict[str, Provider]]:
-    """Swap `new`'s providers, routing and pricing into `ctx`; return what changed and the
+    """Swap `new`'s providers, routing, pricing and auth into `ctx`; return what changed and the
     retired providers (still open). `started` is the config loaded at start, before any
     command-line override: the other sections of `new` that differ wait for a restart.
 
@@ -77,6 +79,7 @@ def apply_config(
         providers=new.providers,
         routing=new.routing,
         pricing=new.pricing,
+        auth=new.auth,
         source=new.source,
         notes=new.notes,
     )
@@ -104,7 +107,9 @@ def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> No
     ctx.quota.thresholds = config.routing.soft_triggers
     ctx.engine.default_retry_after_s = config.routing.default_retry_after_s
     ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
-    ctx.config = config
+    ctx.config = config  # the request handlers read `auth` from it
+    if isinstance(ctx.auth, DbAuthenticator):
+        ctx.auth.allow_anonymous = config.auth.allow_anonymous
     # Both remember answers worked out under the old routing (chains, last hits).
     ctx.forget_authorizations()
     ctx.parse_memo = ParseMemo()
