@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from fakes.upstream import FakeUpstream
-from olp_server import OWNER_TOKEN, ThreadServer
+from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer
 
 OWNER = {"authorization": f"Bearer {OWNER_TOKEN}"}
 
@@ -39,7 +39,7 @@ def two_hop_config(alpha: FakeUpstream, beta: FakeUpstream, **extra: Any) -> dic
 
 
 def chat(
-    server: ThreadServer,
+    server: ThreadServer | ProcessServer,
     headers: dict[str, str] = OWNER,
     model: str = "chat",
     *,

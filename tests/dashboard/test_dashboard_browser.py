@@ -60,7 +60,7 @@ def console_errors(page: Any) -> list[str]:
     return errors
 
 
-def open_dashboard(page: Any, server: ThreadServer, key: str) -> None:
+def open_dashboard(page: Any, server: ThreadServer | ProcessServer, key: str) -> None:
     page.goto(f"{server.base_url}/dashboard#key={key}")
     # Shown only once the first answer is rendered (a selector, not wait_for_function:
     # the page's CSP forbids the eval that one would need).
@@ -183,4 +183,31 @@ def test_a_config_edit_that_does_not_load_shows_a_banner(
         write_config(home, {**good, "server": {"max_body_bytes": 1_000_000}})
         page.wait_for_selector("#banner.warn:not([hidden])", timeout=15_000)
         assert "changes to server take effect when OLP restarts" in page.text_content("#banner")
+        assert errors == []
+
+
+def test_a_soft_limited_provider_says_why_and_when_it_clears(
+    tmp_path: Path, alpha: FakeUpstream, browser: Any
+) -> None:
+    home = tmp_path / "home"
+    config = {
+        "providers": {"alpha": {"type": "openai-http", "base_url": alpha.openai_base_url}},
+        "routing": {
+            "chains": {"chat": [{"provider": "alpha", "model": "a"}]},
+            "soft_triggers": {"alpha": {"daily_request_count_threshold": 1}},
+        },
+    }
+    write_config(home, config)
+    with ProcessServer(home) as server:
+        assert chat(server).status_code == 200  # the day's one request: the trigger fires
+        page = browser.new_page()
+        errors = console_errors(page)
+        open_dashboard(page, server, OWNER_TOKEN)
+        card = '[data-provider="alpha"]'
+        assert page.get_attribute(f"{card} .state", "data-state") == "soft_limited"
+        soft = page.text_content(f"{card} .soft-limit") or ""
+        assert "soft limit · clears in" in soft  # at the next UTC midnight
+        assert "1 requests today ≥ daily_request_count_threshold 1" in soft
+        assert re.search(r"clears in (\d+h )?\d+m", soft), soft
+        page.locator(card).screenshot(path=str(OUTPUT / "dashboard-soft-limit.png"))
         assert errors == []

@@ -197,6 +197,7 @@
         el("strong", { class: "countdown", "data-until": String(c.until), text: duration(c.until - serverNow()) }),
         el("span", { class: "muted", text: " · " + c.reason })));
     }
+    if (q && q.fired.length) card.append(softLimit(q));
     if (q) {
       card.append(bar("5-hour window", q.five_hour_utilisation));
       card.append(bar("credit pool", q.credit_pool_utilisation));
@@ -210,6 +211,18 @@
       fact("today", q ? num(q.requests_today) : "–", "today"),
       fact("spawns", spawns, "spawns")));
     return card;
+  }
+
+  // A soft trigger fires: OLP skips the provider until it clears by itself (reset_at).
+  function softLimit(q) {
+    const row = el("p", { class: "cooldown soft-limit", title: q.fired.join("\n") },
+      el("span", { text: "soft limit" + (q.reset_at ? " · clears in " : "") }));
+    if (q.reset_at) {
+      row.append(el("strong", { class: "countdown", "data-until": String(q.reset_at),
+        text: duration(q.reset_at - serverNow()) }));
+    }
+    row.append(el("span", { class: "muted", text: " · " + q.fired[0] }));
+    return row;
   }
 
   function bar(label, figure) {
