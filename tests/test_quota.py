@@ -23,8 +23,8 @@ AUTH = {"authorization": f"Bearer {OWNER_TOKEN}"}
 
 
 class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
+    def __init__(self, now: float = 1_800_000_000.0) -> None:
+        self.now = now
 
     def __call__(self) -> float:
         return self.now
@@ -100,8 +100,7 @@ def solo(cfg: dict[str, Any]) -> dict[str, Any]:
 def test_daily_threshold_says_it_clears_at_utc_midnight(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    clock = FakeClock()
-    clock.now = LATE_EVENING
+    clock = FakeClock(LATE_EVENING)
     cfg = solo(config(alpha, beta, {"daily_request_count_threshold": 1}))
     with olp_server(tmp_path, cfg, {"ALPHA_KEY": "k"}, clock=clock) as server:
         assert ask(server).status_code == 200
@@ -119,8 +118,8 @@ def test_daily_threshold_says_it_clears_at_utc_midnight(
 def test_five_hour_threshold_clears_when_its_oldest_requests_age_out(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    clock = FakeClock()
-    clock.now = start = LATE_EVENING
+    start = LATE_EVENING
+    clock = FakeClock(start)
     soft = {"five_hour_window_percent_threshold": 50, "five_hour_capacity": 4}
     with olp_server(
         tmp_path, solo(config(alpha, beta, soft)), {"ALPHA_KEY": "k"}, clock=clock
