@@ -154,7 +154,7 @@ def create(
 def list_keys(active: bool, as_json: bool) -> None:
     """List keys with their tier, limits, allow-lists and last use (never the secret).
 
-    Last use is written by the server in batches, so it may lag by up to a minute.
+    Last use is written by the running server about every 30 s, so it may lag that much.
     """
     with _store() as store:
         records = store.list_keys(include_revoked=not active)
