@@ -26,3 +26,15 @@ def test_inserts_and_deletes_across_several_statements() -> None:
 def test_no_rows_is_no_statement() -> None:
     conn = sqlite3.connect(":memory:")
     execute_rows(conn, "INSERT INTO nowhere (a)", [])  # the table does not even exist
+
+
+def test_statements_stay_within_the_connections_parameter_limit() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)  # SQLite before 3.32
+    conn.execute("CREATE TABLE t (a, b, c, d, e, f, g, h, i, j)")
+    rows = [tuple(range(i, i + 10)) for i in range(MAX_ROWS + 77)]
+    execute_rows(conn, "INSERT INTO t (a, b, c, d, e, f, g, h, i, j)", rows)
+    assert conn.execute("SELECT COUNT(*), SUM(a) FROM t").fetchone() == (
+        len(rows),
+        sum(r[0] for r in rows),
+    )

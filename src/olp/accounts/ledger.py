@@ -56,7 +56,7 @@ class Ledger:
         self,
         path: Path,
         *,
-        batch_rows: int = 500,
+        batch_rows: int = 2048,  # per transaction: about 1,024 rows a table (olp.storage.rows)
         interval_s: float = 0.25,
         max_rows: int = 100_000,
         block_s: float = 0.25,
