@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 
 from olp.accounts import KeyLimits
 
+from bench.loadgen import LoadResult
 from bench.measure import Round, Workload, measure_round, run_loadgen, to_cell
 from bench.payloads import MODEL, TOKEN
 from bench.report import MEMBER, MEMBER_BASE, MISS, MISS_BASE, Cell, RunInfo, render
@@ -288,6 +289,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md")
     parser.add_argument("--raw-dir", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument(
+        "--from-raw",
+        type=Path,
+        metavar="FILE",
+        help="measure nothing: write the report of an earlier run from its raw numbers "
+        "(bench/results/<timestamp>.json), e.g. after changing bench/report.py",
+    )
     args = parser.parse_args(argv)
     quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3, "pair_rounds": 1}
     full = {"duration": 5.0, "rounds": 5, "warmup": 0.3, "pair_rounds": 30}
@@ -312,6 +320,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.from_raw is not None:
+        _publish(args.out, render(*_read_raw(args.from_raw)))
+        return
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     info = machine_info(args, argv)
     started = time.monotonic()
@@ -335,10 +346,13 @@ def _main(argv: list[str]) -> None:
                 info.answered[name] = runner.answered[name]
     info.notes += targets.notes
     info.notes.append(f"the run took {time.monotonic() - started:.0f} s")
-    report = render(info, cells)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report)
     _write_raw(args.raw_dir, info, cells)
+    _publish(args.out, render(info, cells))
+
+
+def _publish(out: Path, report: str) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report)
     print(report)
 
 
@@ -348,6 +362,18 @@ def _write_raw(raw_dir: Path, info: RunInfo, cells: list[Cell]) -> None:
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     payload = {"info": asdict(info), "cells": [asdict(c) for c in cells]}
     (raw_dir / f"{stamp}.json").write_text(json.dumps(payload, indent=1, default=str))
+
+
+def _read_raw(path: Path) -> tuple[RunInfo, list[Cell]]:
+    """What `_write_raw` wrote, as the report takes it."""
+    payload = json.loads(path.read_text())
+    info = payload["info"]
+    info["legend"] = [tuple(item) for item in info["legend"]]
+    cells = [
+        Cell(**{**c, "rounds": tuple(LoadResult(**r) for r in c["rounds"])})
+        for c in payload["cells"]
+    ]
+    return RunInfo(**info), cells
 
 
 if __name__ == "__main__":
