@@ -1,0 +1,43 @@
+"""`python -m bench.run --from-raw`: a run's raw numbers render the very report the run wrote."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.loadgen import LoadResult
+from bench.report import Cell, RunInfo, render
+from bench.run import _read_raw, _write_raw, main
+
+
+def load(rps: float, stream: bool = False) -> LoadResult:
+    return LoadResult(
+        conns=64, procs=1, stream=stream, requests=int(rps), total_requests=int(rps) + 50,
+        window_s=1.0, rps=rps, p50_ms=1.5, p99_ms=4.0, ttfb_p50_ms=1.2, non_2xx=0,
+        errors={}, capped=False, loadgen_cpu_us_per_req=20.0,
+    )  # fmt: skip
+
+
+def cell(target: str, rps: float, proxy: str | None) -> Cell:
+    cpu = {"upstream": 40.0, **({proxy: 150.0} if proxy else {})}
+    rss = {"upstream": 40.0, **({proxy: 50.0} if proxy else {})}
+    rounds = tuple(load(rps * f) for f in (0.9, 1.0, 1.1))
+    return Cell(target, proxy, False, 64, rounds, cpu, rss, 0.01)
+
+
+def test_a_report_renders_again_from_its_raw_numbers(tmp_path: Path) -> None:
+    info = RunInfo(
+        date="2026-11-30 17:00 UTC", command="python -m bench.run", cores=2, cpu_model="cpu",
+        kernel="6.1", python="3.11.7", versions={"olp": "0.1.0"}, warmup_s=0.3,
+        duration_s=5.0, rounds=3, loadgen_procs=1, pair_rounds=3,
+        legend=[("direct", "the upstream"), ("olp", "OLP")], notes=["the run took 1 s"],
+    )  # fmt: skip
+    cells = [cell("direct", 30_000.0, None), cell("passthrough", 8_000.0, "passthrough")]
+    cells.append(cell("olp", 5_500.0, "olp"))
+    _write_raw(tmp_path, info, cells)
+    [raw] = tmp_path.glob("*.json")
+    assert render(*_read_raw(raw)) == render(info, cells)
+
+    out = tmp_path / "perf.md"
+    main(["--from-raw", str(raw), "--out", str(out)])
+    assert out.read_text() == render(info, cells)
+    assert "3.75× the fastest proxy" in out.read_text()  # 30,000 / 8,000, two decimals
