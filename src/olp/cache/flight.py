@@ -10,9 +10,10 @@ import contextlib
 import weakref
 from collections.abc import AsyncIterator, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING
 
 from olp.cache.codec import estimate_size
+from olp.cache.guard import CancelGuard
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, TextDelta
 from olp.observability import event_logger
@@ -20,7 +21,7 @@ from olp.observability import event_logger
 if TYPE_CHECKING:
     from olp.cache.singleflight import SingleFlight
 
-__all__ = ["CancelGuard", "Flight", "FlightView", "LeaderView", "OnSuccess", "Start"]
+__all__ = ["Flight", "FlightView", "LeaderView", "OnSuccess", "Start"]
 
 log = event_logger("olp.cache")
 
@@ -29,22 +30,6 @@ OnSuccess = Callable[[tuple[Event, ...]], None]
 # Drop the read prefix of an overflowed answer only in chunks this big (amortised O(1)).
 _TRIM_MIN = 256
 _CANCELLED = "the shared upstream stream was cancelled"
-
-
-class CancelGuard(Protocol):
-    """Whoever cancels the leader's task when its client goes away (the disconnect watch).
-
-    While held, a cancel first asks `may_cancel()`: True cancels at once; False defers
-    the cancel to `release()`, once the pull in progress has ended.
-    """
-
-    @property
-    def task(self) -> asyncio.Task[Any] | None:
-        """The leader's task (shutdown cancels it if it is reading the upstream)."""
-
-    def hold(self, may_cancel: Callable[[], bool]) -> None: ...
-
-    def release(self) -> None: ...
 
 
 class FlightView:

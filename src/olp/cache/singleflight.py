@@ -41,7 +41,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from olp.cache.flight import CancelGuard, Flight, FlightView, OnSuccess, Start
+from olp.cache.flight import Flight, FlightView, OnSuccess, Start
+from olp.cache.guard import CancelGuard
 
 __all__ = ["CancelGuard", "Flight", "FlightView", "OnSuccess", "SingleFlight", "Start"]
 
