@@ -171,6 +171,33 @@ def test_five_hour_threshold_from_upstream_signal(
         assert status["reset_at"] == reset
 
 
+def test_five_hour_signal_clears_at_the_five_hour_windows_reset(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    now = int(time.time())
+    five_hour_reset, weekly_reset = now + 2 * 3600, now + 3 * 86400
+    alpha.script(
+        Text(
+            "hi",
+            headers={
+                "anthropic-ratelimit-unified-5h-utilization": "0.95",
+                "anthropic-ratelimit-unified-5h-reset": str(five_hour_reset),
+                # The representative window's reset: the weekly one, days away.
+                "anthropic-ratelimit-unified-reset": str(weekly_reset),
+            },
+        )
+    )
+    soft = {"five_hour_window_percent_threshold": 90}
+    cfg = solo(config(alpha, beta, soft, alpha_type="anthropic-http"))
+    with olp_server(tmp_path, cfg, {"ALPHA_KEY": "k"}) as server:
+        assert ask(server).status_code == 200
+        refused = ask(server)
+        assert refused.status_code == 429
+        assert abs(int(refused.headers["retry-after"]) - 2 * 3600) <= 5
+        assert quota_of(server, "alpha")["reset_at"] == five_hour_reset
+        assert alpha.calls == 1
+
+
 def test_cooldown_ends_at_reset_time(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:

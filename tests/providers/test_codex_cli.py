@@ -192,6 +192,7 @@ def test_rate_limit_notification_becomes_the_quota_snapshot() -> None:
     assert quota.utilisation == pytest.approx(0.88)
     assert quota.reset_at == 1795971232
     assert quota.five_hour_utilisation == pytest.approx(0.88)
+    assert quota.five_hour_reset_at == 1795971232  # the primary window is the 5-hour one
     assert quota.extra["secondary_used_percent"] == 41
     assert quota.extra["secondary_window_minutes"] == 10080
 

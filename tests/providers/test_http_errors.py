@@ -119,6 +119,33 @@ def test_anthropic_token_classes_report_the_tightest_remaining() -> None:
     assert snapshot.remaining_requests is None
 
 
+def test_the_five_hour_window_keeps_its_own_reset() -> None:
+    # The unified reset is the representative window's (here the weekly one): a 5-hour
+    # soft trigger must clear at the 5-hour window's reset, not days later.
+    anthropic = quota_from_headers(
+        {
+            "anthropic-ratelimit-unified-5h-utilization": "0.93",
+            "anthropic-ratelimit-unified-5h-reset": str(int(NOW) + 3600),
+            "anthropic-ratelimit-unified-reset": str(int(NOW) + 4 * 86400),
+        },
+        NOW,
+    )
+    assert anthropic is not None
+    assert anthropic.five_hour_utilisation == pytest.approx(0.93)
+    assert anthropic.five_hour_reset_at == int(NOW) + 3600
+    assert anthropic.reset_at == int(NOW) + 4 * 86400
+    codex = quota_from_headers(
+        {
+            "x-codex-primary-used-percent": "40",
+            "x-codex-primary-window-minutes": "300",
+            "x-codex-primary-reset-at": str(int(NOW) + 600),
+        },
+        NOW,
+    )
+    assert codex is not None
+    assert (codex.five_hour_utilisation, codex.five_hour_reset_at) == (0.4, int(NOW) + 600)
+
+
 def test_no_rate_limit_headers_means_no_snapshot() -> None:
     assert quota_from_headers({"content-type": "application/json"}, NOW) is None
     memory = QuotaMemory()

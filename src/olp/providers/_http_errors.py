@@ -307,12 +307,13 @@ def quota_from_headers(headers: Mapping[str, str], now: float) -> QuotaSnapshot 
         reset = parse_reset(unified, now)
         if reset is not None:
             resets_all.append(reset)
-    five_hour = _five_hour_utilisation(headers)
+    five_hour, five_hour_reset = _five_hour(headers, now)
     if not remaining and not resets_all and five_hour is None:
         return None
     resets = resets_out or resets_all
     return QuotaSnapshot(
         five_hour_utilisation=five_hour,
+        five_hour_reset_at=five_hour_reset,
         utilisation=None if utilisation is None else min(1.0, max(0.0, utilisation)),
         reset_at=max(resets) if resets else None,
         remaining_requests=remaining.get("requests"),
@@ -321,16 +322,20 @@ def quota_from_headers(headers: Mapping[str, str], now: float) -> QuotaSnapshot 
     )
 
 
-def _five_hour_utilisation(headers: Mapping[str, str]) -> float | None:
-    """Subscription windows: Anthropic's unified 5h header (0..1), Codex's primary window (%)."""
+def _five_hour(headers: Mapping[str, str], now: float) -> tuple[float | None, float | None]:
+    """Subscription windows, (utilisation 0..1, reset): Anthropic's unified 5h headers, or
+    Codex's primary window (in %) when it is the 5-hour one."""
     raw = headers.get("anthropic-ratelimit-unified-5h-utilization")
+    raw_reset = headers.get("anthropic-ratelimit-unified-5h-reset")
     scale = 1.0
     if raw is None and headers.get("x-codex-primary-window-minutes") == "300":
         raw, scale = headers.get("x-codex-primary-used-percent"), 100.0
-    if raw is None:
-        return None
-    number = _finite(raw)
-    return None if number is None else min(1.0, max(0.0, number / scale))
+        raw_reset = headers.get("x-codex-primary-reset-at")
+    number = _finite(raw) if raw is not None else None
+    if number is None:
+        return None, None
+    reset = parse_reset(raw_reset, now) if raw_reset else None
+    return min(1.0, max(0.0, number / scale)), reset
 
 
 def _int(value: str | None) -> int | None:

@@ -76,6 +76,7 @@ class QuotaSnapshot:
     utilisation: float | None = None  # 0..1 of the current (short) window
     reset_at: float | None = None  # unix seconds
     five_hour_utilisation: float | None = None  # 0..1 of a rolling 5-hour window
+    five_hour_reset_at: float | None = None  # when that window's use resets (unix seconds)
     credit_pool_utilisation: float | None = None  # 0..1 of a credit pool
     remaining_requests: int | None = None
     remaining_tokens: int | None = None

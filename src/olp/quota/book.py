@@ -150,8 +150,9 @@ class QuotaBook:
     def _five_hour_clears(
         self, provider: str, entry: _Entry, now: float, percent: float
     ) -> float | None:
-        if entry.signal is not None and entry.signal.five_hour_utilisation is not None:
-            return entry.signal.reset_at  # the provider's own word
+        signal = entry.signal
+        if signal is not None and signal.five_hour_utilisation is not None:
+            return signal.five_hour_reset_at or signal.reset_at  # the provider's own word
         capacity = self.thresholds.get(provider, {}).get("five_hour_capacity") or 0
         return entry.counters.window_frees_at(now, percent / 100 * capacity)
 

@@ -58,14 +58,13 @@ class ClaudeCliProvider(CliProvider):
         if info is None:
             return None
         rejected = info.status == "rejected"
-        five_hour = None
-        if info.kind == "five_hour":
-            # A rejected window is used up, whether or not the event carried a figure.
-            five_hour = 1.0 if rejected else info.utilisation
+        five_hour = info.kind == "five_hour"
         return QuotaSnapshot(
             utilisation=info.utilisation if not rejected else 1.0,
             reset_at=info.resets_at,
-            five_hour_utilisation=five_hour,
+            # A rejected window is used up, whether or not the event carried a figure.
+            five_hour_utilisation=(1.0 if rejected else info.utilisation) if five_hour else None,
+            five_hour_reset_at=info.resets_at if five_hour else None,
             source=f"claude rate_limit_event ({info.kind or 'unknown window'}, {info.status})",
             extra={"rejected": 1.0 if rejected else 0.0},
         )

@@ -236,11 +236,13 @@ def quota_from_rate_limits(limits: Any) -> QuotaSnapshot | None:
     reset = main.get("resetsAt")
     utilisation = float(used) / 100 if isinstance(used, int | float) else None
     # ChatGPT plans' primary window is the rolling 5 hours (300 minutes).
-    five_hour = utilisation if main.get("windowDurationMins") == _FIVE_HOURS_MIN else None
+    is_five_hour = main.get("windowDurationMins") == _FIVE_HOURS_MIN
+    reset_at = float(reset) if isinstance(reset, int | float) else None
     return QuotaSnapshot(
         utilisation=utilisation,
-        reset_at=float(reset) if isinstance(reset, int | float) else None,
-        five_hour_utilisation=five_hour,
+        reset_at=reset_at,
+        five_hour_utilisation=utilisation if is_five_hour else None,
+        five_hour_reset_at=reset_at if is_five_hour else None,
         source="codex app-server account/rateLimits/updated",
         extra=extra,
     )
