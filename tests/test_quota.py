@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from olp.providers.base import QuotaSnapshot
 from olp.quota import Cooldowns, QuotaBook, QuotaStore
 from olp.server.quota_sync import QuotaSync
 
@@ -331,3 +332,18 @@ def test_quota_saves_never_overlap_on_the_shared_connection(tmp_path: Path) -> N
     asyncio.run(main())
     state, saved_at = QuotaStore(tmp_path / "quota.db").load()
     assert len(state) == 50 and saved_at is not None
+
+
+def test_a_saved_signal_keeps_its_five_hour_reset() -> None:
+    clock = FakeClock()
+    soft = {"alpha": {"five_hour_window_percent_threshold": 90.0}}
+    signal = QuotaSnapshot(
+        five_hour_utilisation=0.95, five_hour_reset_at=clock.now + 3600, reset_at=clock.now + 9e5
+    )
+    before = QuotaBook(Cooldowns(clock), soft, lambda _name: signal, clock)
+    before.refresh("alpha")
+    after = QuotaBook(Cooldowns(clock), soft, lambda _name: None, clock)  # a restart
+    after.load(json.loads(json.dumps(before.dump())))
+    status = after.status("alpha")
+    assert status.state == "soft_limited"
+    assert status.reset_at == clock.now + 3600

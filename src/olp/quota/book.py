@@ -262,6 +262,7 @@ _SIGNAL_FIELDS = (
     "remaining_requests",
     "remaining_tokens",
     "five_hour_utilisation",
+    "five_hour_reset_at",
     "credit_pool_utilisation",
     "source",
 )
