@@ -39,7 +39,7 @@ def start(host: str | None, port: int | None) -> None:
     start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
     Ctrl-C stops accepting requests and lets streams in flight finish, up to
     server.shutdown_grace_s seconds. Edits to config.json apply while it runs (its
-    providers, routing and pricing; checked every second, or at once on SIGHUP); a file
+    providers, routing, pricing and auth; checked every second, or at once on SIGHUP); a file
     that does not load is logged and changes nothing.
 
     \b
