@@ -50,9 +50,9 @@ from pathlib import Path
 import orjson
 
 from bench import procs
+from bench.issue_lines import MEMBER, MEMBER_BASE, MISS, MISS_BASE
 from bench.measure import Workload, run_loadgen
 from bench.payloads import CHAT_PATH, TOKEN
-from bench.report import MEMBER, MEMBER_BASE, MISS, MISS_BASE
 from bench.run import OLP, ROWS, VARIANTS
 from bench.targets import Variant, member_key
 

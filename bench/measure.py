@@ -17,9 +17,9 @@ from typing import Any
 import orjson
 
 from bench import procs
+from bench.cells import Cell
 from bench.loadgen import LoadResult
 from bench.payloads import TOKEN
-from bench.report import Cell
 
 _REPO = Path(__file__).resolve().parent.parent
 

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from bench.cells import Cell, RunInfo
 from bench.loadgen import LoadResult
-from bench.report import Cell, RunInfo, render
+from bench.report import render
 from bench.run import _read_raw, _write_raw, main
 
 
-def load(rps: float, stream: bool = False) -> LoadResult:
+def load(rps: float, stream: bool = False, p50_ms: float = 1.5) -> LoadResult:
     return LoadResult(
         conns=64, procs=1, stream=stream, requests=int(rps), total_requests=int(rps) + 50,
-        window_s=1.0, rps=rps, p50_ms=1.5, p99_ms=4.0, ttfb_p50_ms=1.2, non_2xx=0,
+        window_s=1.0, rps=rps, p50_ms=p50_ms, p99_ms=4.0, ttfb_p50_ms=1.2, non_2xx=0,
         errors={}, capped=False, loadgen_cpu_us_per_req=20.0,
     )  # fmt: skip
 
@@ -41,3 +42,30 @@ def test_a_report_renders_again_from_its_raw_numbers(tmp_path: Path) -> None:
     main(["--from-raw", str(raw), "--out", str(out)])
     assert out.read_text() == render(info, cells)
     assert "3.75× the fastest proxy" in out.read_text()  # 30,000 / 8,000, two decimals
+
+
+def test_the_report_gives_what_a_miss_and_a_member_key_add_to_one_request() -> None:
+    info = RunInfo(
+        date="2026-11-30 17:00 UTC", command="python -m bench.run", cores=2, cpu_model="cpu",
+        kernel="6.1", python="3.11.7", versions={}, warmup_s=0.3, duration_s=5.0, rounds=3,
+        loadgen_procs=1, pair_rounds=3,
+    )  # fmt: skip
+
+    def one_conn(target: str, p50s: tuple[float, ...]) -> Cell:
+        rounds = tuple(load(2_000.0, p50_ms=p) for p in p50s)
+        return Cell(target, target, False, 1, rounds, {"upstream": 1.0, target: 1.0},
+                    {"upstream": 1.0, target: 1.0}, 0.0)  # fmt: skip
+
+    cells = [
+        one_conn("olp-miss", (0.40, 0.45, 0.41)),  # median 0.41 ms
+        one_conn("olp-distinct", (0.37, 0.36, 0.50)),  # median 0.37 ms
+        one_conn("olp-member", (0.38, 0.38, 0.38)),
+        one_conn("olp-bare", (0.37, 0.37, 0.37)),
+    ]
+    report = render(info, cells)
+    miss = "| cache miss (`olp-miss` vs `olp-distinct`) | non-streaming | 0.41 | 0.37 | +40 µs |"
+    member = "| member key + ledger (`olp-member` vs `olp-bare`) | non-streaming | 0.38 | 0.37 "
+    assert miss in report
+    assert member + "| +10 µs |" in report
+    # Without the 1-connection rows (an older run), the section is left out.
+    assert "added at p50" not in render(info, [])

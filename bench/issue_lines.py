@@ -1,0 +1,228 @@
+"""The issues' own budget lines: cache hit and miss (issue 5), keys and ledger (issue 4).
+
+Their thresholds live here, beside the general ones in `bench.report`; each is the issue's
+"Done when" number. Also the checks that each comparison row measured what it claims
+(cache counters, ledger rows), and what a miss or a member key adds to one request's
+latency, for scale.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from bench.cells import Cell, RunInfo, find, fmt_ms, fmt_num, mode, verdict
+from bench.stats import CONFIDENCE, PairedCost, paired_cost
+
+__all__ = [
+    "CACHE_HIT_MIN_SPEEDUP",
+    "CACHE_MISS_MAX_COST",
+    "HIT",
+    "KEYS_LEDGER_MAX_COST",
+    "MEMBER",
+    "MEMBER_BASE",
+    "MISS",
+    "MISS_BASE",
+    "added_latency_lines",
+    "checks",
+    "issue_budget_lines",
+]
+
+# Issue 5: a cache hit (no upstream call) answers at least this many times faster than the
+# passthrough: throughput at 64 connections, p50 latency at 1 connection.
+CACHE_HIT_MIN_SPEEDUP = 2.0
+# Issue 5: a cache miss (look up, lead a flight, write the answer) costs less than this
+# share of the throughput of the same OLP with the cache off, at 64 connections.
+CACHE_MISS_MAX_COST = 0.10
+# Issue 4: key checks (a member key with all four limits) and ledger writes cost less than
+# this share of the throughput of OLP without them (owner token, ledger off), at 64 conns.
+KEYS_LEDGER_MAX_COST = 0.10
+# A hit row must really be hits, a miss row really misses (from GET /cache/stats).
+CACHE_CHECK_MIN_SHARE = 0.99
+
+# The rows of those comparisons (bench/run.py defines them).
+HIT, MISS, MISS_BASE, MEMBER, MEMBER_BASE = (
+    "olp-hit",
+    "olp-miss",
+    "olp-distinct",
+    "olp-member",
+    "olp-bare",
+)
+
+
+def _interval(paired: PairedCost) -> str:
+    if paired.low is None or paired.high is None:
+        return f"{paired.pairs} paired round(s): too few for an interval"
+    return (
+        f"{CONFIDENCE:.0%} interval {_pct(paired.low)} to {_pct(paired.high)}, "
+        f"{paired.pairs} paired rounds"
+    )
+
+
+def _pct(x: float) -> str:
+    return "—" if math.isnan(x) else f"{x:.1%}"
+
+
+def _cache_problem(info: RunInfo, name: str, want: str) -> str | None:
+    """Why the row `name` did not measure what it claims (all hits / all misses), or None."""
+    stats = info.cache_stats.get(name)
+    if stats is None:
+        return "no cache stats"
+    total = stats["hits"] + stats["misses"] + stats["shared"]
+    share = stats[want] / total if total else 0.0
+    if share < CACHE_CHECK_MIN_SHARE:
+        return f"only {share:.1%} {want}"
+    return None
+
+
+def _ledger_problem(info: RunInfo, name: str, writes: bool) -> str | None:
+    rows, answered = info.ledger_rows.get(name), info.answered.get(name)
+    if rows is None or answered is None:
+        return "ledger not read"
+    if writes and rows != answered:
+        return f"{name}: {rows:,} ledger rows for {answered:,} requests"
+    if not writes and rows:
+        return f"{name}: {rows:,} ledger rows with the ledger off"
+    return None
+
+
+def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
+    """Issue 5's cache lines and issue 4's keys-and-ledger line, with measured ratios."""
+    rows = [
+        "| budget line | mode | measured | against | budget | result |",
+        "|---|---|---|---|---|---|",
+    ]
+
+    def line(title: str, stream: bool, measured: str, against: str, budget: str, v: str) -> None:
+        rows.append(f"| {title} | {mode(stream)} | {measured} | {against} | {budget} | {v} |")
+
+    hit_problem = _cache_problem(info, HIT, "hits")
+    for stream in (False, True):
+        pt, hit = find(cells, "passthrough", stream, 64), find(cells, HIT, stream, 64)
+        title = "Cache hit throughput / passthrough, 64 connections (issue 5)"
+        budget = f"≥ {CACHE_HIT_MIN_SPEEDUP:g}×"
+        if pt and hit:
+            ratio = hit.rps / pt.rps if pt.rps else math.nan
+            ok = ratio >= CACHE_HIT_MIN_SPEEDUP
+            line(
+                title,
+                stream,
+                f"{ratio:.2f}× ({fmt_num(hit.rps)} req/s)",
+                f"passthrough {fmt_num(pt.rps)} req/s",
+                budget,
+                verdict(ok, pt, hit, invalid=hit_problem),
+            )
+        else:
+            line(title, stream, "not measured", "—", budget, "not measured")
+    for stream in (False, True):
+        pt, hit = find(cells, "passthrough", stream, 1), find(cells, HIT, stream, 1)
+        title = "Cache hit p50 latency, passthrough's / hit's, 1 connection (issue 5)"
+        budget = f"≥ {CACHE_HIT_MIN_SPEEDUP:g}×"
+        if pt and hit:
+            ratio = pt.p50_ms / hit.p50_ms if hit.p50_ms else math.nan
+            ok = ratio >= CACHE_HIT_MIN_SPEEDUP
+            line(
+                title,
+                stream,
+                f"{ratio:.2f}× ({fmt_ms(hit.p50_ms)} ms)",
+                f"passthrough {fmt_ms(pt.p50_ms)} ms",
+                budget,
+                verdict(ok, pt, hit, invalid=hit_problem),
+            )
+        else:
+            line(title, stream, "not measured", "—", budget, "not measured")
+    costs: list[tuple[str, str, str, float, Callable[[], str | None]]] = [
+        (
+            "Cache miss cost vs the same OLP with the cache off, distinct requests, "
+            "64 connections (issue 5)",
+            MISS,
+            MISS_BASE,
+            CACHE_MISS_MAX_COST,
+            lambda: _cache_problem(info, MISS, "misses"),
+        ),
+        (
+            "Key checks (member key, 4 limits) + ledger writes vs owner token, ledger off, "
+            "64 connections (issue 4)",
+            MEMBER,
+            MEMBER_BASE,
+            KEYS_LEDGER_MAX_COST,
+            lambda: (
+                _ledger_problem(info, MEMBER, True) or _ledger_problem(info, MEMBER_BASE, False)
+            ),
+        ),
+    ]
+    for title, name, base_name, max_cost, problem in costs:
+        for stream in (False, True):
+            base, cell = find(cells, base_name, stream, 64), find(cells, name, stream, 64)
+            budget = f"cost < {max_cost:.0%}"
+            if base and cell:
+                paired = paired_cost([r.rps for r in cell.rounds], [r.rps for r in base.rounds])
+                cpu, base_cpu = _proxy_cpu(cell), _proxy_cpu(base)
+                line(
+                    title,
+                    stream,
+                    f"cost {_pct(paired.cost)} ({_interval(paired)}); {fmt_num(cell.rps)} req/s; "
+                    f"OLP CPU {fmt_num(cpu)} µs/req",
+                    f"{base_name} {fmt_num(base.rps)} req/s; OLP CPU {fmt_num(base_cpu)} µs/req",
+                    budget,
+                    verdict(paired.verdict(max_cost), base, cell, invalid=problem()),
+                )
+            else:
+                line(title, stream, "not measured", "—", budget, "not measured")
+    return rows
+
+
+def _proxy_cpu(cell: Cell) -> float:
+    return cell.cpu_us_per_req[cell.proxy] if cell.proxy else math.nan
+
+
+def checks(info: RunInfo) -> list[str]:
+    """Did each comparison row measure what it claims? Cache counters and ledger rows."""
+    lines = []
+    for name, want in ((HIT, "hits"), (MISS, "misses")):
+        if (stats := info.cache_stats.get(name)) is not None:
+            problem = _cache_problem(info, name, want)
+            lines.append(
+                f"- `{name}` (GET /cache/stats after the run): {stats['hits']:,} hits, "
+                f"{stats['misses']:,} misses, {stats['shared']:,} shared, "
+                f"{stats['bypasses']:,} bypasses — "
+                f"{'OK' if problem is None else f'**NOT OK**: {problem}'} "
+                f"(needs ≥ {CACHE_CHECK_MIN_SHARE:.0%} {want})."
+            )
+    for name in sorted(info.ledger_rows):
+        writes = name != MEMBER_BASE
+        problem = _ledger_problem(info, name, writes)
+        lines.append(
+            f"- `{name}` ledger after shutdown: {info.ledger_rows[name]:,} request rows for "
+            f"{info.answered[name]:,} responses it sent (priming and smoke checks included) — "
+            f"{'OK' if problem is None else f'**NOT OK**: {problem}'} "
+            f"({'one row per request' if writes else 'no rows with the ledger off'})."
+        )
+    return lines
+
+
+def added_latency_lines(cells: list[Cell]) -> list[str]:
+    """What a miss, and a member key with the ledger, add to one request, at 1 connection.
+
+    Not a budget line: the budgets are about throughput under load. This is what a client
+    waiting for one answer notices, next to the budget lines' throughput cost.
+    """
+    rows = [
+        "| what | mode | p50 ms | baseline p50 ms | added at p50 |",
+        "|---|---|--:|--:|--:|",
+    ]
+    pairs = (
+        (f"cache miss (`{MISS}` vs `{MISS_BASE}`)", MISS, MISS_BASE),
+        (f"member key + ledger (`{MEMBER}` vs `{MEMBER_BASE}`)", MEMBER, MEMBER_BASE),
+    )
+    for title, name, base_name in pairs:
+        for stream in (False, True):
+            cell, base = find(cells, name, stream, 1), find(cells, base_name, stream, 1)
+            if cell is None or base is None:
+                continue
+            added_us = (cell.p50_ms - base.p50_ms) * 1000
+            rows.append(
+                f"| {title} | {mode(stream)} | {fmt_ms(cell.p50_ms)} | {fmt_ms(base.p50_ms)} "
+                f"| {added_us:+.0f} µs |"
+            )
+    return rows if len(rows) > 2 else []
