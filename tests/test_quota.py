@@ -269,6 +269,14 @@ def olp_cli(home: Path, *args: str) -> str:
     return proc.stdout
 
 
+def test_quota_without_providers_says_how_to_get_some(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_config(home, {"providers": {}, "routing": {"chains": {}}})
+    shown = olp_cli(home, "quota")
+    assert "no providers" in shown
+    assert "olp setup" in shown
+
+
 def test_reset_of_unknown_provider_is_a_clear_error(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:

@@ -50,6 +50,12 @@ def quota(as_json: bool) -> None:
         payload = {"saved_at": saved, "providers": [provider_quota_json(q) for q in rows]}
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
+    if not rows:
+        click.echo(
+            "no providers: config.json lists none, and none was detected. "
+            "Run `olp setup` to find your CLIs, API keys and local servers."
+        )
+        return
     click.echo(_table(rows))
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
     click.echo(f"\nlast saved by the server: {when}")
