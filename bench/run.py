@@ -91,7 +91,7 @@ class Row:
 
 
 # The new rows run only at the connection counts their lines read (the budget lines at 64;
-# at 1, what a request waits for), so that a full run stays within ~10 minutes.
+# at 1, what a request waits for), so that a full run stays within 10–17 minutes.
 ROWS = (
     Row("direct", "direct", "the fake upstream itself, no proxy (the floor)"),
     Row("passthrough", "passthrough", "`bench/passthrough.py`, the minimal aiohttp proxy"),

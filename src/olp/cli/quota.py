@@ -52,7 +52,7 @@ def quota(as_json: bool) -> None:
         return
     if not rows:
         click.echo(
-            "no providers: config.json lists none, and none was detected. "
+            "no providers: none is configured or detected. "
             "Run `olp setup` to find your CLIs, API keys and local servers."
         )
         return
