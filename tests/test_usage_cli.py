@@ -36,7 +36,7 @@ from olp_server import OWNER_TOKEN, olp_server
 
 DAY = 86_400
 NOW = time.time()
-TODAY = time.strftime("%Y-%m-%d", time.gmtime(NOW))
+TODAY = time.strftime("%Y-%m-%d", time.gmtime(NOW - 60))  # the day of the rows' `ts`
 OLD_DAY = time.strftime("%Y-%m-%d", time.gmtime(NOW - 10 * DAY))
 SUB = Cost(0.0, 0.01, "registry")  # a subscription answer worth $0.01 at API prices
 METERED = Cost(0.002, 0.002, "registry")
