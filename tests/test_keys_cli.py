@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from olp.accounts.keystore import KeyStore
+from olp.accounts.keystore import MIGRATIONS, KeyStore
 from olp.accounts.owner_key import hash_key
 
 KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
@@ -107,6 +107,8 @@ def test_list_shows_settings_limits_and_revocation(home: Path) -> None:
         "5000",
         "--usd-month",
         "12.5",
+        "--concurrent",
+        "2",
     )
     ok(home, "create", "--name", "boss", "--tier", "owner")
     ok(home, "revoke", "boss")
@@ -114,20 +116,25 @@ def test_list_shows_settings_limits_and_revocation(home: Path) -> None:
     alice = keys["alice"]
     assert alice["allowed_models"] == ["gpt-*", "sonnet", "haiku"]
     assert alice["allowed_providers"] == ["claude"]
-    assert alice["limits"] == {"rpm": 10, "rpd": 100, "tpd": 5000, "usd_month": 12.5}
+    limits = {"rpm": 10, "rpd": 100, "tpd": 5000, "usd_month": 12.5, "concurrent": 2}
+    assert alice["limits"] == limits
     assert alice["revoked_at"] is None and alice["last_used"] is None
     assert keys["boss"]["tier"] == "owner" and keys["boss"]["revoked_at"] is not None
     table = ok(home, "list")
     assert "alice" in table and "rpm 10" in table and "usd/month 12.5" in table
+    assert "concurrent 2" in table
     assert "revoked" in table
     assert "boss" not in ok(home, "list", "--active")
 
 
 def test_set_changes_only_what_it_names(home: Path) -> None:
     ok(home, "create", "--name", "alice", "--rpm", "10", "--rpd", "100", "--models", "gpt-*")
-    ok(home, "set", "alice", "--rpm", "none", "--usd-month", "3")
+    ok(home, "set", "alice", "--rpm", "none", "--usd-month", "3", "--concurrent", "4")
     alice = listed(home)["alice"]
-    assert alice["limits"] == {"rpm": None, "rpd": 100, "tpd": None, "usd_month": 3.0}
+    limits = {"rpm": None, "rpd": 100, "tpd": None, "usd_month": 3.0, "concurrent": 4}
+    assert alice["limits"] == limits
+    ok(home, "set", "alice", "--concurrent", "none")
+    assert listed(home)["alice"]["limits"]["concurrent"] is None  # type: ignore[index]
     assert alice["allowed_models"] == ["gpt-*"]
     ok(home, "set", str(alice["id"]), "--models", "*", "--providers", "a,b", "--name", "al")
     al = listed(home)["al"]
@@ -169,6 +176,8 @@ def test_revoke_is_idempotent_and_frees_the_name(home: Path) -> None:
         (("create", "--name", "x", "--rpm", "9" * 25), "rpm: must be a whole number from 1 to"),
         (("set", "alice", "--tpd", "10" * 10), "tpd: must be a whole number from 1 to"),
         (("create", "--name", "x", "--usd-month", "lots"), "is not an amount in USD"),
+        (("create", "--name", "x", "--concurrent", "0"), "must be positive"),
+        (("set", "alice", "--concurrent", "two"), "'two' is not a whole number"),
         (("create", "--name", "x", "--usd-month", "nan"), "must be positive"),
         (("create", "--name", "x", "--models", "gpt 4"), "models: 'gpt 4' is not"),
         (("create", "--name", "x", "--providers", ","), "providers: '' is not"),
@@ -242,3 +251,25 @@ def test_locked_database_is_reported(home: Path) -> None:
         holder.execute("ROLLBACK")
         holder.close()
     ok(home, "create", "--name", "bob")  # and works once the lock is gone
+
+
+def test_a_key_file_from_before_the_concurrent_limit_keeps_its_keys(home: Path) -> None:
+    home.mkdir()
+    with sqlite3.connect(home / "keys.db") as conn:  # schema 1, as an older OLP wrote it
+        conn.executescript(MIGRATIONS[0].sql)
+        conn.execute(
+            "INSERT INTO keys (id, name, tier, secret_sha256, created, rpm) "
+            "VALUES ('key_old00001', 'old', 'member', 'ab', 1.0, 5)"
+        )
+        conn.execute("PRAGMA user_version = 1")
+    conn.close()
+    old = listed(home)["old"]
+    assert old["limits"] == {
+        "rpm": 5,
+        "rpd": None,
+        "tpd": None,
+        "usd_month": None,
+        "concurrent": None,
+    }
+    ok(home, "set", "old", "--concurrent", "3")
+    assert listed(home)["old"]["limits"]["concurrent"] == 3  # type: ignore[index]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import calendar
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.accounts.limits import LimitKeeper, UsageSeed
 from olp.errors import KeyLimitExceeded
 
-from fakes.upstream import FakeUpstream
+from fakes.upstream import FakeUpstream, Hang, Text
 from olp_server import OWNER_TOKEN, olp_server
 
 # 2027-03-10 12:00:00.25 UTC: mid-day, mid-month, a quarter into a second.
@@ -207,3 +208,66 @@ def test_limit_over_http_is_429_with_retry_after(tmp_path: Path, upstream: FakeU
         clock.now = int(NOON) + 60
         assert httpx.post(url, json=ask(), headers=auth).status_code == 200
     assert upstream.calls == 4  # the refused request never reached a provider
+
+
+def test_requests_at_once_hold_a_slot_until_released() -> None:
+    keeper = LimitKeeper(FakeClock())
+    alice = member(concurrent=2)
+    for _ in range(2):
+        admit(keeper, alice)
+        keeper.hold(alice.key_id)
+    err = refused(keeper, alice)
+    assert err.retry_after == 1.0  # nobody knows when one ends: ask again in a second
+    assert "allows 2 requests at a time and 2 are in progress" in err.message
+    assert keeper.usage(alice.key_id).in_progress == 2
+    keeper.check(member(concurrent=3))  # the owner raised the limit: room again
+    keeper.release(alice.key_id)
+    admit(keeper, alice)
+    keeper.release(alice.key_id)
+    assert keeper.usage(alice.key_id).in_progress == 0
+    # A slot free does not hide another limit: three requests today, rpd 3.
+    assert "3 requests for today" in refused(keeper, member(concurrent=2, rpd=3)).message
+
+
+def test_requests_at_once_over_http(tmp_path: Path, upstream: FakeUpstream) -> None:
+    home = tmp_path / "olp-home"
+    store = KeyStore.open(keys_db_path(home))
+    key = store.create("kid", limits=KeyLimits(concurrent=1)).secret
+    store.close()
+    config = {
+        "providers": {
+            "up": {"type": "openai-http", "base_url": upstream.openai_base_url, "models": ["m"]}
+        },
+    }
+    auth = {"authorization": f"Bearer {key}"}
+
+    def ask(stream: bool = False) -> dict[str, Any]:
+        content = uuid.uuid4().hex  # a new question each time: no cache hit, no shared call
+        return {"model": "m", "messages": [{"role": "user", "content": content}], "stream": stream}
+
+    with olp_server(tmp_path, config) as olp:
+        url = f"{olp.base_url}/v1/chat/completions"
+
+        def admitted() -> bool:
+            time.sleep(0.05)  # (polled: a 429 until the slot is free)
+            return httpx.post(url, json=ask(), headers=auth).status_code == 200
+
+        upstream.script(Text("one two three four", chunks=4, delay_s=0.4))
+        with httpx.stream("POST", url, json=ask(stream=True), headers=auth, timeout=10) as first:
+            lines = first.iter_lines()  # (one iterator: a dropped one closes the response)
+            next(lines)  # the first request is in progress
+            resp = httpx.post(url, json=ask(), headers=auth)
+            assert resp.status_code == 429
+            assert resp.json()["error"]["code"] == "key_limit_exceeded"
+            assert "1 request at a time and 1 is in progress" in resp.json()["error"]["message"]
+            assert resp.headers["retry-after"] == "1"
+            owner = {"authorization": f"Bearer {OWNER_TOKEN}"}
+            assert httpx.post(url, json=ask(), headers=owner).status_code == 200
+            assert "four" in "".join(lines)
+        assert upstream.wait_for(admitted, timeout=5)  # it ended: its slot is free again
+
+        upstream.script(Hang(30))  # a client that gives up mid-request frees its slot too
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(url, json=ask(), headers=auth, timeout=1)
+        assert upstream.wait_for(admitted, timeout=10)
+    assert upstream.calls == 5  # the refused requests never reached a provider

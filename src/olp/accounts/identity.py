@@ -18,14 +18,16 @@ class KeyLimits:
     rpd: int | None = None  # requests per day (UTC)
     tpd: int | None = None  # tokens per day (UTC), prompt + completion
     usd_month: float | None = None  # API-equivalent USD per calendar month (UTC)
+    concurrent: int | None = None  # requests in progress at once
 
     def any(self) -> bool:
-        # Asked on every request: no generator for four fields.
+        # Asked on every request: no generator for five fields.
         return (
             self.rpm is not None
             or self.rpd is not None
             or self.tpd is not None
             or self.usd_month is not None
+            or self.concurrent is not None
         )
 
 

@@ -40,7 +40,7 @@ MAX_COUNT_LIMIT = 10**15
 # The order `record_from_row` reads.
 RECORD_COLUMNS = (
     "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
-    "rpm, rpd, tpd, usd_month"
+    "rpm, rpd, tpd, usd_month, concurrent"
 )
 KEY_ID_PATTERN = re.compile(r"^key_[a-z0-9]{8}$")
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
@@ -91,6 +91,7 @@ class KeyRecord:
                 "rpd": self.limits.rpd,
                 "tpd": self.limits.tpd,
                 "usd_month": self.limits.usd_month,
+                "concurrent": self.limits.concurrent,
             },
         }
 
@@ -140,7 +141,7 @@ def check_patterns(field: str, patterns: Iterable[str] | None) -> Patterns:
 
 
 def check_limits(limits: KeyLimits) -> KeyLimits:
-    for field in ("rpm", "rpd", "tpd"):
+    for field in ("rpm", "rpd", "tpd", "concurrent"):
         value = getattr(limits, field)
         if value is not None and (isinstance(value, bool) or not 1 <= value <= MAX_COUNT_LIMIT):
             raise InvalidRequest(
@@ -184,6 +185,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
         rpd,
         tpd,
         usd_month,
+        concurrent,
     ) = row
     return KeyRecord(
         id=str(key_id),
@@ -199,6 +201,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
             rpd=_int(rpd),
             tpd=_int(tpd),
             usd_month=_float(usd_month),
+            concurrent=_int(concurrent),
         ),
     )
 

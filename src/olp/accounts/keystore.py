@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import (
@@ -76,10 +77,12 @@ MIGRATIONS = (
         CREATE UNIQUE INDEX keys_active_name ON keys (name) WHERE revoked_at IS NULL
         """,
     ),
+    Migration(2, "ALTER TABLE keys ADD COLUMN concurrent INTEGER"),
 )
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 Clock = Callable[[], float]
+_T = TypeVar("_T", int, float)
 
 
 class Keep(enum.Enum):
@@ -197,7 +200,7 @@ class KeyStore:
             key_id = self._new_id()
             self._conn.execute(
                 f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     hash_key(secret),
                     key_id,
@@ -210,6 +213,7 @@ class KeyStore:
                     limits.rpd,
                     limits.tpd,
                     limits.usd_month,
+                    limits.concurrent,
                 ),
             )
             row = self._find(key_id)
@@ -244,11 +248,28 @@ class KeyStore:
         rpd: int | Keep | None = KEEP,
         tpd: int | Keep | None = KEEP,
         usd_month: float | Keep | None = KEEP,
+        concurrent: int | Keep | None = KEEP,
         allowed_models: Patterns | Keep = KEEP,
         allowed_providers: Patterns | Keep = KEEP,
     ) -> KeyRecord:
         """Change only the settings given; None removes a limit or an allow-list."""
-        changes = _changes(name, rpm, rpd, tpd, usd_month, allowed_models, allowed_providers)
+        check_limits(
+            KeyLimits(
+                rpm=_given(rpm),
+                rpd=_given(rpd),
+                tpd=_given(tpd),
+                usd_month=_given(usd_month),
+                concurrent=_given(concurrent),
+            )
+        )
+        limits = {
+            "rpm": rpm,
+            "rpd": rpd,
+            "tpd": tpd,
+            "usd_month": usd_month,
+            "concurrent": concurrent,
+        }
+        changes = _changes(name, limits, allowed_models, allowed_providers)
         with self._write():
             record = self._active(ref)
             if "name" in changes and changes["name"] != record.name:
@@ -342,33 +363,25 @@ class KeyStore:
 
 def _changes(
     name: str | Keep,
-    rpm: int | Keep | None,
-    rpd: int | Keep | None,
-    tpd: int | Keep | None,
-    usd_month: float | Keep | None,
+    limits: Mapping[str, float | Keep | None],
     allowed_models: Patterns | Keep,
     allowed_providers: Patterns | Keep,
 ) -> dict[str, object]:
-    """Validated column -> value for the settings being changed."""
+    """Validated column -> value for the settings being changed (`limits`, checked by the
+    caller: column -> new limit, None to remove it, KEEP to leave it)."""
     changes: dict[str, object] = {}
     if name is not KEEP:
         changes["name"] = check_name(name)
-    limits = {"rpm": rpm, "rpd": rpd, "tpd": tpd, "usd_month": usd_month}
-    given = {column: value for column, value in limits.items() if value is not KEEP}
-    check_limits(
-        KeyLimits(
-            rpm=None if isinstance(rpm, Keep) else rpm,
-            rpd=None if isinstance(rpd, Keep) else rpd,
-            tpd=None if isinstance(tpd, Keep) else tpd,
-            usd_month=None if isinstance(usd_month, Keep) else usd_month,
-        )
-    )
-    changes.update(given)
+    changes.update({column: value for column, value in limits.items() if value is not KEEP})
     if allowed_models is not KEEP:
         changes["allowed_models"] = dump_patterns(check_patterns("models", allowed_models))
     if allowed_providers is not KEEP:
         changes["allowed_providers"] = dump_patterns(check_patterns("providers", allowed_providers))
     return changes
+
+
+def _given(value: _T | Keep | None) -> _T | None:
+    return None if isinstance(value, Keep) else value
 
 
 def _private(path: Path) -> None:

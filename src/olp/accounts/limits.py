@@ -1,8 +1,10 @@
-"""Per-key limits, enforced from memory: requests/minute, requests/day, tokens/day, USD/month.
+"""Per-key limits, enforced from memory: requests/minute, requests/day, tokens/day, USD/month,
+requests in progress at once.
 
 Windows: requests per minute slide, in one-second buckets (a request counts for the 60
 seconds that follow its own second); the daily limits reset at 00:00 UTC; the monthly
-spend resets at 00:00 UTC on the first of the month. Counters live in memory only —
+spend resets at 00:00 UTC on the first of the month. A request in progress holds one of
+its key's concurrent slots from `hold` to `release`. Counters live in memory only —
 `seed()` lets the ledger reload today's and this month's figures at start, so a restart
 does not hand everyone a fresh allowance.
 
@@ -25,6 +27,7 @@ Clock = Callable[[], float]
 
 _WINDOW = 60  # seconds in the requests-per-minute window
 _DAY = 86_400
+_BUSY_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +53,7 @@ class LimitUsage:
     requests_today: int
     tokens_today: int
     usd_month: float
+    in_progress: int = 0
 
 
 class _Counters:
@@ -132,6 +136,8 @@ class LimitKeeper:
     def __init__(self, clock: Clock = time.time) -> None:
         self._clock = clock
         self._keys: dict[str, _Counters] = {}
+        # Requests holding a concurrent slot, by key; a key with none held is not listed.
+        self._in_progress: dict[str, int] = {}
 
     def check(self, identity: Identity) -> None:
         """Raise KeyLimitExceeded (429) if any limit is reached, naming the one that frees
@@ -141,7 +147,10 @@ class LimitKeeper:
             return
         now = self._clock()
         counters = self._counters(identity.key_id, now)
-        if _has_room(counters, limits, now):
+        in_progress = self._in_progress.get(identity.key_id, 0)
+        if _has_room(counters, limits, now) and (
+            limits.concurrent is None or in_progress < limits.concurrent
+        ):
             return
         reached = [
             r
@@ -150,6 +159,7 @@ class LimitKeeper:
                 _rpd(counters, limits, now),
                 _tpd(counters, limits, now),
                 _usd(counters, limits, now),
+                _busy(in_progress, limits),
             )
             if r is not None
         ]
@@ -163,6 +173,18 @@ class LimitKeeper:
         counters = self._counters(key_id, now)
         counters.add_request(now)
         counters.requests += 1
+
+    def hold(self, key_id: str) -> None:
+        """A request of `key_id` is in progress (admitted after `check`); `release` it when
+        it ends, however it ends."""
+        self._in_progress[key_id] = self._in_progress.get(key_id, 0) + 1
+
+    def release(self, key_id: str) -> None:
+        left = self._in_progress.get(key_id, 0) - 1
+        if left > 0:
+            self._in_progress[key_id] = left
+        else:
+            self._in_progress.pop(key_id, None)
 
     def on_usage(self, key_id: str, tokens: int, usd: float) -> None:
         """Add an answer's tokens (prompt + completion) and API-equivalent cost."""
@@ -192,6 +214,7 @@ class LimitKeeper:
             requests_today=counters.requests,
             tokens_today=counters.tokens,
             usd_month=counters.usd,
+            in_progress=self._in_progress.get(key_id, 0),
         )
 
     def _counters(self, key_id: str, now: float) -> _Counters:
@@ -262,6 +285,17 @@ def _usd(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
     return wait, (
         f"This key has used ${counters.usd:.2f} of its ${limits.usd_month:.2f} for this "
         f"month; the limit resets on {reset} 00:00 UTC, in {_duration(wait)}."
+    )
+
+
+def _busy(in_progress: int, limits: KeyLimits) -> Reached:
+    if limits.concurrent is None or in_progress < limits.concurrent:
+        return None
+    # When one of them ends nobody can know; a second is what a client should wait to ask.
+    return _BUSY_RETRY_S, (
+        f"This key allows {limits.concurrent} request{'s' if limits.concurrent > 1 else ''} "
+        f"at a time and {in_progress} {'are' if in_progress > 1 else 'is'} in progress; "
+        "retry when one finishes."
     )
 
 

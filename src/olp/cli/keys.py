@@ -7,76 +7,23 @@ locks the owner out of key management.
 
 from __future__ import annotations
 
-import enum
 import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import click
 import orjson
 
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import KeyRecord, Patterns
-from olp.accounts.keystore import KEEP, Keep, KeyStore, NewKey, keys_db_path
+from olp.accounts.keystore import KEEP, KeyStore, NewKey, keys_db_path
 from olp.cli.common import client_base_url, fail
+from olp.cli.key_options import LimitArg, changed_limits, limit_options, new_limits
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
 
 __all__ = ["keys_group"]
-
-
-class _Remove(enum.Enum):
-    """`--rpm none`: remove the limit."""
-
-    REMOVE = "none"
-
-
-REMOVE = _Remove.REMOVE
-LimitArg = int | float | _Remove | None  # None: option not given
-
-
-class _LimitType(click.ParamType[int | float | _Remove]):
-    def __init__(self, kind: type[int] | type[float]) -> None:
-        self.kind = kind
-        self.name = "N|none" if kind is int else "USD|none"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> int | float | _Remove:
-        if isinstance(value, int | float | _Remove):
-            return value
-        text = str(value).strip().lower()
-        if text in ("none", "off", "unlimited"):
-            return REMOVE
-        try:
-            number = self.kind(text.removeprefix("$").replace("_", ""))
-        except ValueError:
-            what = "a whole number" if self.kind is int else "an amount in USD"
-            self.fail(f"{value!r} is not {what} (or 'none' to remove the limit)", param, ctx)
-        if not number > 0 or number != number or number == float("inf"):
-            self.fail(f"{value!r}: a limit must be positive (or 'none' to remove it)", param, ctx)
-        return number
-
-
-_INT = _LimitType(int)
-_USD = _LimitType(float)
-
-_PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
-
-
-def _limit_options(f: Any) -> Any:
-    f = click.option(
-        "--usd-month",
-        type=_USD,
-        help="API-equivalent USD per calendar month; the key then only uses models OLP can price.",
-    )(f)
-    f = click.option("--tpd", type=_INT, help="Tokens per UTC day (prompt + completion).")(f)
-    f = click.option("--rpd", type=_INT, help="Requests per UTC day.")(f)
-    f = click.option("--rpm", type=_INT, help="Requests per minute (sliding window).")(f)
-    f = click.option("--providers", multiple=True, help=f"Allowed providers: {_PATTERN_HELP}.")(f)
-    return click.option("--models", multiple=True, help=f"Allowed models: {_PATTERN_HELP}.")(f)
 
 
 @click.group("keys")
@@ -106,18 +53,15 @@ def keys_group() -> None:
     show_default=True,
     help="owner: may use owner endpoints (dashboard, management).",
 )
-@_limit_options
+@limit_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"id","key","name","tier"} only.')
 def create(
     name: str,
     tier: str,
     models: tuple[str, ...],
     providers: tuple[str, ...],
-    rpm: LimitArg,
-    rpd: LimitArg,
-    tpd: LimitArg,
-    usd_month: LimitArg,
     as_json: bool,
+    **limit_args: LimitArg,
 ) -> None:
     """Create a key and print it once.
 
@@ -126,20 +70,15 @@ def create(
       olp keys create --name alice
       olp keys create --name ci --models 'gpt-4o-mini' --rpd 1000 --json
       olp keys create --name laptop --tier owner
+      olp keys create --name kid --rpd 200 --concurrent 2
     """
-    limits = KeyLimits(
-        rpm=_int_or_none(rpm),
-        rpd=_int_or_none(rpd),
-        tpd=_int_or_none(tpd),
-        usd_month=_float_or_none(usd_month),
-    )
     with _store() as store:
         new = store.create(
             name,
             tier=tier,
             allowed_models=_patterns(models),
             allowed_providers=_patterns(providers),
-            limits=limits,
+            limits=new_limits(limit_args),
         )
     if as_json:
         r = new.record
@@ -200,17 +139,14 @@ def rotate(key: str, as_json: bool) -> None:
 
 @keys_group.command("set")
 @click.argument("key")
-@_limit_options
+@limit_options
 @click.option("--name", "new_name", help="Rename the key.")
 def set_(
     key: str,
     models: tuple[str, ...],
     providers: tuple[str, ...],
-    rpm: LimitArg,
-    rpd: LimitArg,
-    tpd: LimitArg,
-    usd_month: LimitArg,
     new_name: str | None,
+    **limit_args: LimitArg,
 ) -> None:
     """Change KEY's limits, allow-lists or name; what you do not mention stays as it is.
 
@@ -221,25 +157,19 @@ def set_(
       olp keys set alice --models '*'          allow every model again
       olp keys set key_ab12cd34 --name bob
     """
-    if (
-        not models
-        and not providers
-        and all(v is None for v in (rpm, rpd, tpd, usd_month, new_name))
-    ):
+    given = [v for v in limit_args.values() if v is not None]
+    if not models and not providers and new_name is None and not given:
         raise click.UsageError("nothing to change: give at least one option (see --help)")
     with _store() as store:
         record = store.update(
             key,
             name=KEEP if new_name is None else new_name,
-            rpm=_keep_int(rpm),
-            rpd=_keep_int(rpd),
-            tpd=_keep_int(tpd),
-            usd_month=_keep_float(usd_month),
+            **changed_limits(limit_args),
             allowed_models=_patterns(models) if models else KEEP,
             allowed_providers=_patterns(providers) if providers else KEEP,
         )
     click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
-    if usd_month is not None:
+    if limit_args["usd_month"] is not None:
         _budget_note(record)
 
 
@@ -273,23 +203,6 @@ def _patterns(values: tuple[str, ...]) -> Patterns:
     if not values:
         return None
     return tuple(part for value in values for part in value.split(","))
-
-
-def _int_or_none(value: LimitArg) -> int | None:
-    return int(value) if isinstance(value, int | float) else None
-
-
-def _float_or_none(value: LimitArg) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
-
-
-def _keep_int(value: LimitArg) -> int | Keep | None:
-    """Option not given: keep; 'none': remove; else the new limit."""
-    return KEEP if value is None else _int_or_none(value)
-
-
-def _keep_float(value: LimitArg) -> float | Keep | None:
-    return KEEP if value is None else _float_or_none(value)
 
 
 def _show_secret(new: NewKey, headline: str) -> None:
@@ -336,6 +249,7 @@ def _limits(limits: KeyLimits) -> str:
             ("rpd", limits.rpd),
             ("tpd", limits.tpd),
             ("usd/month", limits.usd_month),
+            ("concurrent", limits.concurrent),
         )
         if value is not None
     ]

@@ -47,6 +47,7 @@ class _Exchange:
     usage: Usage | None = None
     ttft_ms: float | None = None
     served: Served | None = None
+    holding: str | None = None  # the key whose concurrent slot this request holds
 
     async def start_sse(self) -> None:
         headers = [*_SSE_HEADERS, *self.meta.headers(self.ctx.config.auth)]
@@ -98,8 +99,7 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         if last_hit is not None and await _hit_again(ex, req, identity, last_hit, request):
             return
         chain = ctx.authorize(identity, ctx.router.resolve(request.model))
-        ctx.limits.check(identity)  # 429 key_limit_exceeded, with Retry-After
-        ctx.limits.on_request(identity.key_id)
+        _admit(ex, identity)
         watch = DisconnectWatch(req)
         scope = _cache_scope(ctx, req, identity, body, parsed.fingerprint, watch)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
@@ -126,8 +126,22 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     finally:
         if watch is not None:
             watch.stop()
+        if ex.holding is not None:
+            ctx.limits.release(ex.holding)
         ctx.metrics.request_ended()
         _finished(ex)
+
+
+def _admit(ex: _Exchange, identity: Identity) -> None:
+    """Let the request in under its key's limits (429 key_limit_exceeded, with Retry-After,
+    if one is reached) and count it; with a `concurrent` limit it holds a slot until the
+    handler's end releases it."""
+    limits = ex.ctx.limits
+    limits.check(identity)
+    limits.on_request(identity.key_id)
+    if identity.limits.concurrent is not None:
+        limits.hold(identity.key_id)
+        ex.holding = identity.key_id
 
 
 def _parse(ctx: AppContext, body: bytes) -> ParsedBody:
@@ -146,8 +160,7 @@ async def _hit_again(
     answer = last.answer_for(identity, ctx.cache, req.header(b"cache-control"))
     if answer is None:
         return False
-    ctx.limits.check(identity)  # (the key may use this chain: `answer_for` made sure)
-    ctx.limits.on_request(identity.key_id)
+    _admit(ex, identity)  # (the key may use this chain: `answer_for` made sure)
     source = ctx.cache.replay(identity.key_id, last.key, answer)
     served = ctx.engine.replay(last.chain, last.chain.hops[0], ex.meta.request_id, source)
     if request.stream:

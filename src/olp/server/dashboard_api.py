@@ -83,6 +83,7 @@ def key_rows(records: list[KeyRecord], limits: LimitKeeper) -> list[dict[str, An
             "rpd": (usage.requests_today, lim.rpd),
             "tpd": (usage.tokens_today, lim.tpd),
             "usd_month": (round(usage.usd_month, 6), lim.usd_month),
+            "concurrent": (usage.in_progress, lim.concurrent),
         }
         rows.append(
             {

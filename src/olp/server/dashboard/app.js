@@ -326,7 +326,7 @@
     for (const k of keys) {
       const tr = el("tr", { "data-key-id": k.id });
       tr.append(el("td", {}, el("strong", { text: k.name }), el("span", { class: "muted tier", text: " " + k.tier })));
-      for (const [limit, format] of [["rpm", num], ["rpd", num], ["tpd", num], ["usd_month", usd]]) {
+      for (const [limit, format] of [["rpm", num], ["rpd", num], ["tpd", num], ["usd_month", usd], ["concurrent", num]]) {
         tr.append(limitCell(limit, k.usage[limit], k.limits[limit], k.utilisation[limit], format));
       }
       tr.append(el("td", { class: "muted", text: ago(k.last_used) }));

@@ -1,0 +1,121 @@
+"""The options `olp keys create` and `olp keys set` share: allow-lists and limits.
+
+A limit option takes a positive number, or `none` to remove the limit; not given, it
+means "no limit" to `create` and "leave it as it is" to `set`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from typing import Any, TypedDict, TypeVar
+
+import click
+
+from olp.accounts.identity import KeyLimits
+from olp.accounts.keystore import KEEP, Keep
+
+__all__ = ["LimitArg", "LimitChanges", "changed_limits", "limit_options", "new_limits"]
+
+
+class _Remove(enum.Enum):
+    """`--rpm none`: remove the limit."""
+
+    REMOVE = "none"
+
+
+REMOVE = _Remove.REMOVE
+LimitArg = int | float | _Remove | None  # None: option not given
+_T = TypeVar("_T")
+
+
+class LimitChanges(TypedDict):
+    """`KeyStore.update`'s limit arguments: KEEP leaves a limit, None removes it."""
+
+    rpm: int | Keep | None
+    rpd: int | Keep | None
+    tpd: int | Keep | None
+    usd_month: float | Keep | None
+    concurrent: int | Keep | None
+
+
+class _LimitType(click.ParamType[int | float | _Remove]):
+    def __init__(self, kind: type[int] | type[float]) -> None:
+        self.kind = kind
+        self.name = "N|none" if kind is int else "USD|none"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int | float | _Remove:
+        if isinstance(value, int | float | _Remove):
+            return value
+        text = str(value).strip().lower()
+        if text in ("none", "off", "unlimited"):
+            return REMOVE
+        try:
+            number = self.kind(text.removeprefix("$").replace("_", ""))
+        except ValueError:
+            what = "a whole number" if self.kind is int else "an amount in USD"
+            self.fail(f"{value!r} is not {what} (or 'none' to remove the limit)", param, ctx)
+        if not number > 0 or number != number or number == float("inf"):
+            self.fail(f"{value!r}: a limit must be positive (or 'none' to remove it)", param, ctx)
+        return number
+
+
+_INT = _LimitType(int)
+_USD = _LimitType(float)
+
+_PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
+
+
+def limit_options(f: Any) -> Any:
+    """--models, --providers and one option per limit (see `KeyLimits`)."""
+    f = click.option(
+        "--concurrent",
+        type=_INT,
+        help="Requests in progress at once; one more gets 429 until one of them ends.",
+    )(f)
+    f = click.option(
+        "--usd-month",
+        type=_USD,
+        help="API-equivalent USD per calendar month; the key then only uses models OLP can price.",
+    )(f)
+    f = click.option("--tpd", type=_INT, help="Tokens per UTC day (prompt + completion).")(f)
+    f = click.option("--rpd", type=_INT, help="Requests per UTC day.")(f)
+    f = click.option("--rpm", type=_INT, help="Requests per minute (sliding window).")(f)
+    f = click.option("--providers", multiple=True, help=f"Allowed providers: {_PATTERN_HELP}.")(f)
+    return click.option("--models", multiple=True, help=f"Allowed models: {_PATTERN_HELP}.")(f)
+
+
+def new_limits(args: Mapping[str, LimitArg]) -> KeyLimits:
+    """The limits a new key gets from its options."""
+    return KeyLimits(
+        rpm=_int(args["rpm"]),
+        rpd=_int(args["rpd"]),
+        tpd=_int(args["tpd"]),
+        usd_month=_float(args["usd_month"]),
+        concurrent=_int(args["concurrent"]),
+    )
+
+
+def changed_limits(args: Mapping[str, LimitArg]) -> LimitChanges:
+    """What `olp keys set` changes: an option not given keeps its limit."""
+    return LimitChanges(
+        rpm=_keep(args["rpm"], _int),
+        rpd=_keep(args["rpd"], _int),
+        tpd=_keep(args["tpd"], _int),
+        usd_month=_keep(args["usd_month"], _float),
+        concurrent=_keep(args["concurrent"], _int),
+    )
+
+
+def _int(value: LimitArg) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _float(value: LimitArg) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _keep(value: LimitArg, convert: Callable[[LimitArg], _T]) -> _T | Keep:
+    return KEEP if value is None else convert(value)
