@@ -34,7 +34,7 @@ CACHE_HIT_MIN_SPEEDUP = 2.0
 # Issue 5: a cache miss (look up, lead a flight, write the answer) costs less than this
 # share of the throughput of the same OLP with the cache off, at 64 connections.
 CACHE_MISS_MAX_COST = 0.10
-# Issue 4: key checks (a member key with all four limits) and ledger writes cost less than
+# Issue 4: key checks (a member key with all five limits) and ledger writes cost less than
 # this share of the throughput of OLP without them (owner token, ledger off), at 64 conns.
 KEYS_LEDGER_MAX_COST = 0.10
 # A hit row must really be hits, a miss row really misses (from GET /cache/stats).
@@ -142,7 +142,7 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
             lambda: _cache_problem(info, MISS, "misses"),
         ),
         (
-            "Key checks (member key, 4 limits) + ledger writes vs owner token, ledger off, "
+            "Key checks (member key, 5 limits) + ledger writes vs owner token, ledger off, "
             "64 connections (issue 4)",
             MEMBER,
             MEMBER_BASE,

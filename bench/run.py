@@ -63,8 +63,8 @@ def olp_config(upstream_port: int, *, cache: bool = False, ledger: bool = True) 
     }
 
 
-# Limits so high that nothing is refused: the member variant pays for checking all four.
-MEMBER_LIMITS = KeyLimits(rpm=10**9, rpd=10**9, tpd=10**12, usd_month=1e9)
+# Limits so high that nothing is refused: the member variant pays for checking all five.
+MEMBER_LIMITS = KeyLimits(rpm=10**9, rpd=10**9, tpd=10**12, usd_month=1e9, concurrent=10**6)
 
 VARIANTS = (
     Variant("olp", olp_config),  # owner token, cache off, ledger on (the default)
@@ -122,8 +122,8 @@ ROWS = (
     Row(
         "olp-member",
         "olp-member",
-        "OLP, cache off, a member key with all four limits set (rpm, rpd, tpd, usd_month, "
-        "too high to refuse anything), ledger on",
+        "OLP, cache off, a member key with all five limits set (rpm, rpd, tpd, usd_month, "
+        "concurrent, too high to refuse anything), ledger on",
         conns=(1, 64),
     ),
     Row(

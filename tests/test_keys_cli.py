@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -177,6 +179,9 @@ def test_revoke_is_idempotent_and_frees_the_name(home: Path) -> None:
         (("set", "alice", "--tpd", "10" * 10), "tpd: must be a whole number from 1 to"),
         (("create", "--name", "x", "--usd-month", "lots"), "is not an amount in USD"),
         (("create", "--name", "x", "--concurrent", "0"), "must be positive"),
+        (("create", "--name", "x", "--expires", "soon"), "'soon' is not a time"),
+        (("create", "--name", "x", "--expires", "2020-01-01"), "is already past; to stop a"),
+        (("set", "alice", "--expires", "2026-02-30"), "'2026-02-30' is not a time"),
         (("set", "alice", "--concurrent", "two"), "'two' is not a whole number"),
         (("create", "--name", "x", "--usd-month", "nan"), "must be positive"),
         (("create", "--name", "x", "--models", "gpt 4"), "models: 'gpt 4' is not"),
@@ -264,6 +269,7 @@ def test_a_key_file_from_before_the_concurrent_limit_keeps_its_keys(home: Path) 
         conn.execute("PRAGMA user_version = 1")
     conn.close()
     old = listed(home)["old"]
+    assert old["expires_at"] is None
     assert old["limits"] == {
         "rpm": 5,
         "rpd": None,
@@ -273,3 +279,29 @@ def test_a_key_file_from_before_the_concurrent_limit_keeps_its_keys(home: Path) 
     }
     ok(home, "set", "old", "--concurrent", "3")
     assert listed(home)["old"]["limits"]["concurrent"] == 3  # type: ignore[index]
+
+
+def test_expiry_as_a_duration_a_date_a_time_or_never(home: Path) -> None:
+    before = time.time()
+    ok(home, "create", "--name", "guest", "--expires", "7d")
+    expires = listed(home)["guest"]["expires_at"]
+    assert isinstance(expires, float)
+    assert before + 7 * 86_400 <= expires <= time.time() + 7 * 86_400
+    out = ok(home, "set", "guest", "--expires", "2099-01-31")  # works through that day
+    assert "expires 2099-02-01 00:00 UTC" in out
+    assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 2, 1, 0, 0, 0))
+    ok(home, "set", "guest", "--expires", "2099-03-01T18:30+02:00")
+    assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 3, 1, 16, 30, 0))
+    ok(home, "set", "guest", "--rpm", "5")  # other changes keep the expiry
+    assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 3, 1, 16, 30, 0))
+    assert "2099-03-01 16:30 UTC" in ok(home, "list")
+    ok(home, "set", "guest", "--expires", "never")
+    assert listed(home)["guest"]["expires_at"] is None
+
+
+def test_an_expired_key_is_listed_as_expired(home: Path) -> None:
+    store = KeyStore.open(home / "keys.db", clock=lambda: time.time() - 86_400)
+    store.create("yesterday", expires_at=time.time() - 60)  # created when it was still ahead
+    store.close()
+    (row,) = [line for line in ok(home, "list").splitlines() if "yesterday" in line]
+    assert " expired " in row

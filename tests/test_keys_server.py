@@ -26,7 +26,7 @@ from olp.server.asgi import Request
 from olp.server.owner import require_owner
 
 from fakes.upstream import FakeUpstream
-from olp_server import OWNER_TOKEN, ProcessServer, server_env, write_config
+from olp_server import OWNER_TOKEN, ProcessServer, olp_server, server_env, write_config
 
 
 def olp_keys(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -373,3 +373,27 @@ def test_a_provider_that_reports_its_own_cost_needs_no_price(tmp_path: Path) -> 
         assert ctx.authorize(free, ctx.router.resolve("unlisted-too")).hops
     finally:
         asyncio.run(app.aclose())
+
+
+def test_an_expired_key_is_refused_saying_when_and_what_to_do(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    now = [1_900_000_000.0]  # 2030-03-17 17:46:40 UTC
+    store = KeyStore.open(keys_db_path(tmp_path / "olp-home"), clock=lambda: now[0])
+    guest = store.create("guest", expires_at=now[0] + 3600)
+    store.close()
+    with olp_server(tmp_path, two_providers(upstream), clock=lambda: now[0]) as olp:
+        client = Client(olp.base_url, guest.secret)
+        assert client.chat().status_code == 200
+        now[0] += 3599.5
+        assert client.models()  # still valid half a second before
+        now[0] += 0.5
+        resp = client.chat()
+        assert resp.status_code == 401
+        error = resp.json()["error"]
+        assert error["code"] == "invalid_api_key"
+        assert "'guest' expired at 2030-03-17 18:46 UTC" in error["message"]
+        assert f"olp keys set {guest.record.id} --expires" in error["message"]
+        models = httpx.get(f"{olp.base_url}/v1/models", headers=client.headers)
+        assert models.status_code == 401
+        assert Client(olp.base_url, OWNER_TOKEN).chat().status_code == 200  # owner unaffected

@@ -16,6 +16,9 @@ import pytest
 from live_olp import bearer, chat, get
 from playwright.sync_api import sync_playwright
 
+from olp.accounts import KeyLimits
+from olp.accounts.keystore import KeyStore, keys_db_path
+
 from fakes.upstream import FakeUpstream, Status
 from olp_server import OWNER_TOKEN, ProcessServer, ThreadServer, write_config
 
@@ -76,6 +79,9 @@ def test_the_page_shows_the_management_figures(
     for _ in range(2):
         assert chat(olp, headers=bearer(member_key), stream=True).status_code == 200
     assert chat(olp, model="no-such-model").status_code == 404
+    store = KeyStore.open(keys_db_path(olp.config.home))
+    guest = store.create("guest", expires_at=4_102_444_800.0, limits=KeyLimits(concurrent=2))
+    store.close()
 
     page = browser.new_page()
     errors = console_errors(page)
@@ -97,6 +103,10 @@ def test_the_page_shows_the_management_figures(
     row = f'[data-key-id="{kid["id"]}"]'
     assert page.text_content(f"{row} td.rpd .used") == str(kid["usage"]["rpd"]) == "2"
     assert page.text_content(f"{row} td.rpd") == "2 / 100"
+    assert page.text_content(f"{row} td.concurrent") == "0 · no limit"
+    guest_row = f'[data-key-id="{guest.record.id}"]'
+    assert page.text_content(f"{guest_row} .expires") == " · expires 2100-01-01 00:00 UTC"
+    assert page.text_content(f"{guest_row} td.concurrent") == "0 / 2"
 
     error_rows = page.locator("#errors tbody tr[data-request-id]")
     assert error_rows.count() == len(status["recent_errors"]) == 1

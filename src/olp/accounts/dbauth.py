@@ -40,6 +40,15 @@ _NO_TOKEN = (
 _BAD_TOKEN = "OLP API key is invalid or has been revoked."
 
 
+def _expired(identity: Identity) -> str:
+    # The caller holds the key: its name and expiry are theirs to know.
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(identity.expires_at))
+    return (
+        f"OLP API key {identity.name!r} expired at {when}. Ask the owner for a new key, or to "
+        f"extend this one: olp keys set {identity.key_id} --expires 30d"
+    )
+
+
 class KeyStoreUnavailable(OLPError):
     """The key table could not be read: member keys are refused until it can (fail closed)."""
 
@@ -104,7 +113,10 @@ class DbAuthenticator:
         identity = self._by_digest.get(digest)
         if identity is None:
             raise InvalidApiKey(_BAD_TOKEN)
-        self._touched[identity.key_id] = self._clock()
+        now = self._clock()
+        if identity.expires_at is not None and now >= identity.expires_at:
+            raise InvalidApiKey(_expired(identity))
+        self._touched[identity.key_id] = now
         return identity
 
     def _refresh(self) -> None:

@@ -40,6 +40,7 @@ class Identity:
     allowed_models: tuple[str, ...] | None = None
     allowed_providers: tuple[str, ...] | None = None
     limits: KeyLimits = KeyLimits()
+    expires_at: float | None = None  # unix time from which the key no longer works
 
     @property
     def is_owner(self) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -21,6 +22,7 @@ __all__ = [
     "KeyRecord",
     "KeyTier",
     "Patterns",
+    "check_expiry",
     "check_limits",
     "check_name",
     "check_patterns",
@@ -40,8 +42,10 @@ MAX_COUNT_LIMIT = 10**15
 # The order `record_from_row` reads.
 RECORD_COLUMNS = (
     "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
-    "rpm, rpd, tpd, usd_month, concurrent"
+    "rpm, rpd, tpd, usd_month, concurrent, expires_at"
 )
+# 9999-12-31: the last time `time.gmtime` and SQLite's date functions both handle.
+_LAST_EXPIRY = 253_402_300_800.0
 KEY_ID_PATTERN = re.compile(r"^key_[a-z0-9]{8}$")
 _NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,64}$")
 _PATTERN = re.compile(r"^[^\s,\x00-\x1f\x7f]{1,200}$")
@@ -60,10 +64,14 @@ class KeyRecord:
     allowed_models: Patterns = None
     allowed_providers: Patterns = None
     limits: KeyLimits = NO_LIMITS
+    expires_at: float | None = None  # None: never
 
     @property
     def revoked(self) -> bool:
         return self.revoked_at is not None
+
+    def expired(self, now: float) -> bool:
+        return self.expires_at is not None and now >= self.expires_at
 
     def identity(self) -> Identity:
         return Identity(
@@ -73,6 +81,7 @@ class KeyRecord:
             allowed_models=self.allowed_models,
             allowed_providers=self.allowed_providers,
             limits=self.limits,
+            expires_at=self.expires_at,
         )
 
     def public(self) -> dict[str, object]:
@@ -84,6 +93,7 @@ class KeyRecord:
             "created": self.created,
             "last_used": self.last_used,
             "revoked_at": self.revoked_at,
+            "expires_at": self.expires_at,
             "allowed_models": _listed(self.allowed_models),
             "allowed_providers": _listed(self.allowed_providers),
             "limits": {
@@ -155,6 +165,20 @@ def check_limits(limits: KeyLimits) -> KeyLimits:
     return limits
 
 
+def check_expiry(expires_at: float | None, now: float) -> float | None:
+    """A key's expiry: None (never) or a unix time still to come."""
+    if expires_at is None:
+        return None
+    if not math.isfinite(expires_at) or not 0 < expires_at < _LAST_EXPIRY:
+        raise InvalidRequest("expires: not a valid time", param="expires")
+    if expires_at <= now:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires_at))
+        raise InvalidRequest(
+            f"expires: {when} is already past; to stop a key now, revoke it", param="expires"
+        )
+    return expires_at
+
+
 def _listed(patterns: Patterns) -> list[str] | None:
     return None if patterns is None else list(patterns)
 
@@ -186,6 +210,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
         tpd,
         usd_month,
         concurrent,
+        expires_at,
     ) = row
     return KeyRecord(
         id=str(key_id),
@@ -203,6 +228,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
             usd_month=_float(usd_month),
             concurrent=_int(concurrent),
         ),
+        expires_at=_float(expires_at),
     )
 
 

@@ -34,6 +34,7 @@ from olp.accounts.keyrecord import (
     RECORD_COLUMNS,
     KeyRecord,
     Patterns,
+    check_expiry,
     check_limits,
     check_name,
     check_patterns,
@@ -77,7 +78,13 @@ MIGRATIONS = (
         CREATE UNIQUE INDEX keys_active_name ON keys (name) WHERE revoked_at IS NULL
         """,
     ),
-    Migration(2, "ALTER TABLE keys ADD COLUMN concurrent INTEGER"),
+    Migration(
+        2,
+        """
+        ALTER TABLE keys ADD COLUMN concurrent INTEGER;
+        ALTER TABLE keys ADD COLUMN expires_at REAL
+        """,
+    ),
 )
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -188,8 +195,10 @@ class KeyStore:
         allowed_models: Patterns = None,
         allowed_providers: Patterns = None,
         limits: KeyLimits = NO_LIMITS,
+        expires_at: float | None = None,
     ) -> NewKey:
         name = check_name(name)
+        check_expiry(expires_at, self._clock())
         tier_ = check_tier(tier)
         models = dump_patterns(check_patterns("models", allowed_models))
         providers = dump_patterns(check_patterns("providers", allowed_providers))
@@ -200,7 +209,7 @@ class KeyStore:
             key_id = self._new_id()
             self._conn.execute(
                 f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     hash_key(secret),
                     key_id,
@@ -214,6 +223,7 @@ class KeyStore:
                     limits.tpd,
                     limits.usd_month,
                     limits.concurrent,
+                    expires_at,
                 ),
             )
             row = self._find(key_id)
@@ -251,8 +261,10 @@ class KeyStore:
         concurrent: int | Keep | None = KEEP,
         allowed_models: Patterns | Keep = KEEP,
         allowed_providers: Patterns | Keep = KEEP,
+        expires_at: float | Keep | None = KEEP,
     ) -> KeyRecord:
-        """Change only the settings given; None removes a limit or an allow-list."""
+        """Change only the settings given; None removes a limit, an allow-list or the
+        expiry."""
         check_limits(
             KeyLimits(
                 rpm=_given(rpm),
@@ -270,6 +282,8 @@ class KeyStore:
             "concurrent": concurrent,
         }
         changes = _changes(name, limits, allowed_models, allowed_providers)
+        if expires_at is not KEEP:
+            changes["expires_at"] = check_expiry(expires_at, self._clock())
         with self._write():
             record = self._active(ref)
             if "name" in changes and changes["name"] != record.name:

@@ -1,13 +1,17 @@
-"""The options `olp keys create` and `olp keys set` share: allow-lists and limits.
+"""The options `olp keys create` and `olp keys set` share: allow-lists, limits, expiry.
 
-A limit option takes a positive number, or `none` to remove the limit; not given, it
-means "no limit" to `create` and "leave it as it is" to `set`.
+A limit option takes a positive number, or `none` to remove the limit; `--expires` takes
+a time, or `never`. Not given, an option means "none" to `create` and "leave it as it is"
+to `set`.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypedDict, TypeVar
 
 import click
@@ -15,7 +19,16 @@ import click
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keystore import KEEP, Keep
 
-__all__ = ["LimitArg", "LimitChanges", "changed_limits", "limit_options", "new_limits"]
+__all__ = [
+    "ExpiryArg",
+    "LimitArg",
+    "LimitChanges",
+    "changed_expiry",
+    "changed_limits",
+    "limit_options",
+    "new_expiry",
+    "new_limits",
+]
 
 
 class _Remove(enum.Enum):
@@ -26,6 +39,7 @@ class _Remove(enum.Enum):
 
 REMOVE = _Remove.REMOVE
 LimitArg = int | float | _Remove | None  # None: option not given
+ExpiryArg = float | _Remove | None  # a unix time; None: option not given
 _T = TypeVar("_T")
 
 
@@ -65,11 +79,53 @@ class _LimitType(click.ParamType[int | float | _Remove]):
 _INT = _LimitType(int)
 _USD = _LimitType(float)
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(m|min|h|d|w)$")
+_UNIT_S = {"m": 60, "min": 60, "h": 3600, "d": 86_400, "w": 7 * 86_400}
+
+
+class _ExpiryType(click.ParamType[float | _Remove]):
+    """`30d`, `12h`, `2w` from now; a UTC date (the key works through that day); an ISO
+    time (UTC unless it says otherwise); or `never`."""
+
+    name = "WHEN|never"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float | _Remove:
+        if isinstance(value, float | _Remove):
+            return value
+        text = str(value).strip().lower()
+        if text in ("never", "none", "off"):
+            return REMOVE
+        if match := _DURATION.match(text):
+            return time.time() + float(match[1]) * _UNIT_S[match[2]]
+        try:
+            when = datetime.fromisoformat(text.upper())
+        except ValueError:
+            self.fail(
+                f"{value!r} is not a time: give a duration (30d, 12h, 2w), a date "
+                "(2026-12-31), a UTC time (2026-12-31T18:00) or 'never'",
+                param,
+                ctx,
+            )
+        if len(text) == 10:  # a date: the key works through that day
+            when += timedelta(days=1)
+        return when.replace(tzinfo=when.tzinfo or UTC).timestamp()
+
+
+_EXPIRY = _ExpiryType()
+
 _PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
 
 
 def limit_options(f: Any) -> Any:
-    """--models, --providers and one option per limit (see `KeyLimits`)."""
+    """--models, --providers, one option per limit (see `KeyLimits`), and --expires."""
+    f = click.option(
+        "--expires",
+        type=_EXPIRY,
+        help="When the key stops working: 30d, 12h, 2w from now, a date (works through "
+        "that day, UTC), 2026-12-31T18:00 (UTC), or never.",
+    )(f)
     f = click.option(
         "--concurrent",
         type=_INT,
@@ -107,6 +163,14 @@ def changed_limits(args: Mapping[str, LimitArg]) -> LimitChanges:
         usd_month=_keep(args["usd_month"], _float),
         concurrent=_keep(args["concurrent"], _int),
     )
+
+
+def new_expiry(arg: ExpiryArg) -> float | None:
+    return arg if isinstance(arg, float) else None
+
+
+def changed_expiry(arg: ExpiryArg) -> float | Keep | None:
+    return KEEP if arg is None else new_expiry(arg)
 
 
 def _int(value: LimitArg) -> int | None:

@@ -19,7 +19,15 @@ from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import KeyRecord, Patterns
 from olp.accounts.keystore import KEEP, KeyStore, NewKey, keys_db_path
 from olp.cli.common import client_base_url, fail
-from olp.cli.key_options import LimitArg, changed_limits, limit_options, new_limits
+from olp.cli.key_options import (
+    ExpiryArg,
+    LimitArg,
+    changed_expiry,
+    changed_limits,
+    limit_options,
+    new_expiry,
+    new_limits,
+)
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
 
@@ -60,6 +68,7 @@ def create(
     tier: str,
     models: tuple[str, ...],
     providers: tuple[str, ...],
+    expires: ExpiryArg,
     as_json: bool,
     **limit_args: LimitArg,
 ) -> None:
@@ -71,6 +80,7 @@ def create(
       olp keys create --name ci --models 'gpt-4o-mini' --rpd 1000 --json
       olp keys create --name laptop --tier owner
       olp keys create --name kid --rpd 200 --concurrent 2
+      olp keys create --name guest --expires 7d
     """
     with _store() as store:
         new = store.create(
@@ -79,6 +89,7 @@ def create(
             allowed_models=_patterns(models),
             allowed_providers=_patterns(providers),
             limits=new_limits(limit_args),
+            expires_at=new_expiry(expires),
         )
     if as_json:
         r = new.record
@@ -145,10 +156,11 @@ def set_(
     key: str,
     models: tuple[str, ...],
     providers: tuple[str, ...],
+    expires: ExpiryArg,
     new_name: str | None,
     **limit_args: LimitArg,
 ) -> None:
-    """Change KEY's limits, allow-lists or name; what you do not mention stays as it is.
+    """Change KEY's limits, allow-lists, expiry or name; what you do not mention stays.
 
     \b
     Examples:
@@ -156,9 +168,10 @@ def set_(
       olp keys set alice --rpm none            remove the per-minute limit
       olp keys set alice --models '*'          allow every model again
       olp keys set key_ab12cd34 --name bob
+      olp keys set guest --expires 2027-01-31  works through that day (UTC)
     """
-    given = [v for v in limit_args.values() if v is not None]
-    if not models and not providers and new_name is None and not given:
+    given = [v for v in (*limit_args.values(), expires, new_name) if v is not None]
+    if not models and not providers and not given:
         raise click.UsageError("nothing to change: give at least one option (see --help)")
     with _store() as store:
         record = store.update(
@@ -167,6 +180,7 @@ def set_(
             **changed_limits(limit_args),
             allowed_models=_patterns(models) if models else KEEP,
             allowed_providers=_patterns(providers) if providers else KEEP,
+            expires_at=changed_expiry(expires),
         )
     click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
     if limit_args["usd_month"] is not None:
@@ -237,7 +251,7 @@ def _base_url() -> str:
 def _settings(record: KeyRecord) -> str:
     return (
         f"limits {_limits(record.limits)}; models {_list(record.allowed_models)}; "
-        f"providers {_list(record.allowed_providers)}"
+        f"providers {_list(record.allowed_providers)}; expires {_when(record.expires_at)}"
     )
 
 
@@ -264,7 +278,14 @@ def _when(ts: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts)) if ts else "never"
 
 
+def _status(record: KeyRecord, now: float) -> str:
+    if record.revoked:
+        return "revoked"
+    return "expired" if record.expired(now) else "active"
+
+
 def _table(records: list[KeyRecord]) -> str:
+    now = time.time()
     header = (
         "ID",
         "NAME",
@@ -273,6 +294,7 @@ def _table(records: list[KeyRecord]) -> str:
         "LIMITS",
         "MODELS",
         "PROVIDERS",
+        "EXPIRES",
         "LAST USED",
         "CREATED",
     )
@@ -281,10 +303,11 @@ def _table(records: list[KeyRecord]) -> str:
             r.id,
             r.name,
             r.tier,
-            "revoked" if r.revoked else "active",
+            _status(r, now),
             _limits(r.limits),
             _list(r.allowed_models),
             _list(r.allowed_providers),
+            _when(r.expires_at),
             _when(r.last_used),
             _when(r.created),
         )

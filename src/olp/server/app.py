@@ -66,13 +66,16 @@ _ROUTES: dict[str, dict[str, Handler]] = {
 }
 
 
-def default_authenticator(config: Config) -> Authenticator:
+def default_authenticator(config: Config, clock: Clock = time.time) -> Authenticator:
     hashes = [h for h in (OwnerKeyFile(config.home).load_hash(),) if h]
     if config.owner_token:
         hashes.append(hash_key(config.owner_token))
     # Raises DatabaseError (naming the file and the fix) if the key store is unusable.
     return DbAuthenticator(
-        keys_db_path(config.home), hashes, allow_anonymous=config.auth.allow_anonymous
+        keys_db_path(config.home),
+        hashes,
+        allow_anonymous=config.auth.allow_anonymous,
+        clock=clock,  # (key expiry)
     )
 
 
@@ -107,7 +110,7 @@ def create_app(
         router=Router(config, registry, providers),
         cooldowns=cooldowns,
         engine=engine,
-        auth=authenticator or default_authenticator(config),
+        auth=authenticator or default_authenticator(config, clock),
         limits=LimitKeeper(clock),
         quota=quota,
         ledger=Ledger.open(config.home),

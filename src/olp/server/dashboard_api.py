@@ -91,6 +91,7 @@ def key_rows(records: list[KeyRecord], limits: LimitKeeper) -> list[dict[str, An
                 "name": record.name,
                 "tier": record.tier,
                 "last_used": record.last_used,
+                "expires_at": record.expires_at,
                 "limits": {name: limit for name, (_, limit) in used.items()},
                 "usage": {name: value for name, (value, _) in used.items()},
                 # 0..1 (can pass 1 for the month's spend: the last request is not refused);

@@ -325,7 +325,13 @@
     body.replaceChildren();
     for (const k of keys) {
       const tr = el("tr", { "data-key-id": k.id });
-      tr.append(el("td", {}, el("strong", { text: k.name }), el("span", { class: "muted tier", text: " " + k.tier })));
+      const cell = el("td", {}, el("strong", { text: k.name }), el("span", { class: "muted tier", text: " " + k.tier }));
+      if (k.expires_at !== null) {
+        const expired = k.expires_at * 1000 <= Date.now();
+        cell.append(el("span", { class: "muted expires", text: (expired ? " · expired " : " · expires ")
+          + new Date(k.expires_at * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC" }));
+      }
+      tr.append(cell);
       for (const [limit, format] of [["rpm", num], ["rpd", num], ["tpd", num], ["usd_month", usd], ["concurrent", num]]) {
         tr.append(limitCell(limit, k.usage[limit], k.limits[limit], k.utilisation[limit], format));
       }
