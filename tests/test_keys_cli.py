@@ -305,3 +305,4 @@ def test_an_expired_key_is_listed_as_expired(home: Path) -> None:
     store.close()
     (row,) = [line for line in ok(home, "list").splitlines() if "yesterday" in line]
     assert " expired " in row
+    assert "has expired and is refused until you extend it" in ok(home, "rotate", "yesterday")

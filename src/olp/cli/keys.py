@@ -230,6 +230,11 @@ def _show_secret(new: NewKey, headline: str) -> None:
         f"Settings: {_settings(new.record)}"
     )
     _budget_note(new.record)
+    if new.record.expired(time.time()):  # (a rotated key keeps its expiry)
+        click.echo(
+            "This key has expired and is refused until you extend it: "
+            f"olp keys set {new.record.id} --expires 30d"
+        )
 
 
 def _budget_note(record: KeyRecord) -> None:
