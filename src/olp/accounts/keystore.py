@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any
 
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import (
@@ -89,7 +89,6 @@ MIGRATIONS = (
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
 Clock = Callable[[], float]
-_T = TypeVar("_T", int, float)
 
 
 class Keep(enum.Enum):
@@ -265,15 +264,6 @@ class KeyStore:
     ) -> KeyRecord:
         """Change only the settings given; None removes a limit, an allow-list or the
         expiry."""
-        check_limits(
-            KeyLimits(
-                rpm=_given(rpm),
-                rpd=_given(rpd),
-                tpd=_given(tpd),
-                usd_month=_given(usd_month),
-                concurrent=_given(concurrent),
-            )
-        )
         limits = {
             "rpm": rpm,
             "rpd": rpd,
@@ -381,21 +371,20 @@ def _changes(
     allowed_models: Patterns | Keep,
     allowed_providers: Patterns | Keep,
 ) -> dict[str, object]:
-    """Validated column -> value for the settings being changed (`limits`, checked by the
-    caller: column -> new limit, None to remove it, KEEP to leave it)."""
+    """Validated column -> value for the settings being changed (`limits`: a `KeyLimits`
+    field -> its new value, None to remove the limit, KEEP to leave it)."""
     changes: dict[str, object] = {}
     if name is not KEEP:
         changes["name"] = check_name(name)
-    changes.update({column: value for column, value in limits.items() if value is not KEEP})
+    # (Any: each value has its field's type, which a dict of five fields cannot say.)
+    given: dict[str, Any] = {field: v for field, v in limits.items() if v is not KEEP}
+    check_limits(KeyLimits(**given))
+    changes.update(given)
     if allowed_models is not KEEP:
         changes["allowed_models"] = dump_patterns(check_patterns("models", allowed_models))
     if allowed_providers is not KEEP:
         changes["allowed_providers"] = dump_patterns(check_patterns("providers", allowed_providers))
     return changes
-
-
-def _given(value: _T | Keep | None) -> _T | None:
-    return None if isinstance(value, Keep) else value
 
 
 def _private(path: Path) -> None:
