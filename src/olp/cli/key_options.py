@@ -25,9 +25,9 @@ __all__ = [
     "LimitChanges",
     "changed_expiry",
     "changed_limits",
-    "limit_options",
     "new_expiry",
     "new_limits",
+    "setting_options",
 ]
 
 
@@ -118,7 +118,7 @@ _EXPIRY = _ExpiryType()
 _PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
 
 
-def limit_options(f: Any) -> Any:
+def setting_options(f: Any) -> Any:
     """--models, --providers, one option per limit (see `KeyLimits`), and --expires."""
     f = click.option(
         "--expires",

@@ -24,9 +24,9 @@ from olp.cli.key_options import (
     LimitArg,
     changed_expiry,
     changed_limits,
-    limit_options,
     new_expiry,
     new_limits,
+    setting_options,
 )
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
@@ -61,7 +61,7 @@ def keys_group() -> None:
     show_default=True,
     help="owner: may use owner endpoints (dashboard, management).",
 )
-@limit_options
+@setting_options
 @click.option("--json", "as_json", is_flag=True, help='Print {"id","key","name","tier"} only.')
 def create(
     name: str,
@@ -150,7 +150,7 @@ def rotate(key: str, as_json: bool) -> None:
 
 @keys_group.command("set")
 @click.argument("key")
-@limit_options
+@setting_options
 @click.option("--name", "new_name", help="Rename the key.")
 def set_(
     key: str,
