@@ -182,6 +182,8 @@ def test_revoke_is_idempotent_and_frees_the_name(home: Path) -> None:
         (("create", "--name", "x", "--expires", "soon"), "'soon' is not a time"),
         (("create", "--name", "x", "--expires", "2020-01-01"), "is already past; to stop a"),
         (("set", "alice", "--expires", "2026-02-30"), "'2026-02-30' is not a time"),
+        (("set", "alice", "--expires", "9999-12-31"), "expires: must be a time before 9999"),
+        (("set", "alice", "--expires", "0001-01-01T00:00+05:00"), "is already past"),
         (("set", "alice", "--concurrent", "two"), "'two' is not a whole number"),
         (("create", "--name", "x", "--usd-month", "nan"), "must be positive"),
         (("create", "--name", "x", "--models", "gpt 4"), "models: 'gpt 4' is not"),
@@ -289,6 +291,8 @@ def test_expiry_as_a_duration_a_date_a_time_or_never(home: Path) -> None:
     assert before + 7 * 86_400 <= expires <= time.time() + 7 * 86_400
     out = ok(home, "set", "guest", "--expires", "2099-01-31")  # works through that day
     assert "expires 2099-02-01 00:00 UTC" in out
+    assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 2, 1, 0, 0, 0))
+    ok(home, "set", "guest", "--expires", "20990131")  # the basic ISO form: the same day
     assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 2, 1, 0, 0, 0))
     ok(home, "set", "guest", "--expires", "2099-03-01T18:30+02:00")
     assert listed(home)["guest"]["expires_at"] == calendar.timegm((2099, 3, 1, 16, 30, 0))

@@ -169,8 +169,8 @@ def check_expiry(expires_at: float | None, now: float) -> float | None:
     """A key's expiry: None (never) or a unix time still to come."""
     if expires_at is None:
         return None
-    if not math.isfinite(expires_at) or not 0 < expires_at < _LAST_EXPIRY:
-        raise InvalidRequest("expires: not a valid time", param="expires")
+    if not math.isfinite(expires_at) or expires_at >= _LAST_EXPIRY:
+        raise InvalidRequest("expires: must be a time before 9999-12-31", param="expires")
     if expires_at <= now:
         when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(expires_at))
         raise InvalidRequest(

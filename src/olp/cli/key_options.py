@@ -11,7 +11,7 @@ import enum
 import re
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, TypedDict, TypeVar
 
 import click
@@ -100,7 +100,7 @@ class _ExpiryType(click.ParamType[float | _Remove]):
         if match := _DURATION.match(text):
             return time.time() + float(match[1]) * _UNIT_S[match[2]]
         try:
-            when = datetime.fromisoformat(text.upper())
+            return _unix_time(text)
         except ValueError:
             self.fail(
                 f"{value!r} is not a time: give a duration (30d, 12h, 2w), a date "
@@ -108,9 +108,18 @@ class _ExpiryType(click.ParamType[float | _Remove]):
                 param,
                 ctx,
             )
-        if len(text) == 10:  # a date: the key works through that day
-            when += timedelta(days=1)
+
+
+def _unix_time(text: str) -> float:
+    """A date (the key works through that UTC day) or an ISO time (UTC unless it says)."""
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        when = datetime.fromisoformat(text.upper())
         return when.replace(tzinfo=when.tzinfo or UTC).timestamp()
+    # The next midnight, by arithmetic: 9999-12-31 has no next date to build.
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+    return start + timedelta(days=1).total_seconds()
 
 
 _EXPIRY = _ExpiryType()
