@@ -503,3 +503,50 @@ def test_large_stdin_is_fed_while_stdout_flows(make_config: Any) -> None:
     lines = asyncio.run(go())
     assert lines[-1] == b"5000000"
     assert len(lines) == 2001
+
+
+@pytest.mark.parametrize("turns", range(8))
+def test_a_cancel_that_lands_as_output_arrives_is_never_lost(make_config: Any, turns: int) -> None:
+    """The client leaves just as the CLI's next line lands: the read must still end.
+
+    `asyncio.wait_for` (Python 3.11) returns the result instead of raising when the
+    cancel arrives after the read it wraps completed (but before the reader resumed);
+    the reader then went on waiting for a CLI that would never write again. The child's
+    line is made to wait in the pipe (the loop is blocked meanwhile), and the cancel lands
+    `turns` loop iterations later: every phase of the read's wake-up is covered.
+    """
+    script = PRELUDE + (
+        "print('first', flush=True)\n"
+        "sys.stdin.readline()\n"
+        "print('second', flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    run = runner(make_config(script), kill_grace_s=0.3)
+    invocation = CliInvocation(args=(), stdin=b"", keep_stdin_open=True)
+    seen: list[bytes] = []
+    procs: list[CliProcess] = []
+
+    async def consume() -> None:
+        async with run.spawn(invocation) as proc:
+            procs.append(proc)
+            async for line in proc.lines():
+                seen.append(line)
+
+    async def go() -> str:
+        task = asyncio.create_task(consume())
+        await until(lambda: seen == [b"first"])
+        assert await procs[0].send(b"go\n")
+        # Block the loop on purpose: "second" is in the pipe before it next polls.
+        time.sleep(0.3)  # noqa: ASYNC251
+        for _ in range(turns):
+            await asyncio.sleep(0)
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=3)
+        if not done:
+            task.cancel()  # a second cancel, so that the child is cleaned up all the same
+            await asyncio.wait({task})
+            return "still reading after the cancel"
+        return "cancelled" if task.cancelled() else f"ended: {task.exception()!r}"
+
+    assert asyncio.run(go()) == "cancelled"
+    assert wait_gone(procs[0].pid, 3.0)

@@ -110,8 +110,7 @@ class CliProcess:
             raise self._timeout("closed its output but did not exit", self._idle_s, "idle")
         # Let the stderr reader take what the child wrote last (bounded: a grandchild
         # may hold the pipe open).
-        with suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self._tasks[1]), 0.2)
+        await asyncio.wait({self._tasks[1]}, timeout=0.2)  # never drops a cancel
         return status
 
     def stderr_tail(self) -> str:
@@ -138,8 +137,11 @@ class CliProcess:
             if left <= 0:
                 raise self._timeout(_SILENCE[kind], seconds, kind)
             try:
+                # Not `asyncio.wait_for`: on Python 3.11 it returns the read's result and
+                # drops a cancel (the client went away) that lands just as data arrives.
                 # Cancelling a pending read loses nothing: data is only taken on return.
-                chunk = await asyncio.wait_for(stdout.read(_CHUNK), min(left, _EXIT_POLL_S * 5))
+                async with asyncio.timeout(min(left, _EXIT_POLL_S * 5)):
+                    chunk = await stdout.read(_CHUNK)
             except TimeoutError:
                 # The child exited but a grandchild still holds stdout open: what the
                 # child wrote has been read, so this is the end of its output.

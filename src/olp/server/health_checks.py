@@ -9,7 +9,6 @@ refreshed by one background task at a time, each check bounded by `timeout_s`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -67,9 +66,9 @@ class HealthChecks:
         task = self.refresh_if_stale(providers)
         if task is not None:
             wait = self.timeout_s + 1 if max_wait_s is None else max_wait_s
-            # shield: a caller that gives up must not cancel the round others wait on.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(task), wait)
+            # `wait`, not `wait_for`: a caller that gives up must not cancel the round
+            # others wait on, and a cancel of the caller's own must never be dropped.
+            await asyncio.wait({task}, timeout=wait)
         return self._results
 
     async def started(self, providers: Mapping[str, Provider], first_wait_s: float) -> None:
