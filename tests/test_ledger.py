@@ -339,8 +339,9 @@ def test_a_version_1_ledger_keeps_its_rows_and_loses_the_unused_indexes(db: Path
     ledger.record_request(request("r2"))
     ledger.close()
     indexes = {n for (n,) in rows(db, "SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert indexes == {"ledger_requests_ts", "ledger_attempts_ts"}  # what the queries use
-    assert rows(db, "PRAGMA user_version") == [(2,)]
+    # What the queries use: requests by time, and attempts that were not served by time.
+    assert indexes == {"ledger_requests_ts", "ledger_attempts_unserved_ts"}
+    assert rows(db, "PRAGMA user_version") == [(len(MIGRATIONS),)]
     assert count(db, "ledger_attempts") == 1 and count(db) == 1
 
 

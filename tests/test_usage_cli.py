@@ -378,3 +378,19 @@ def test_recent_fallbacks_and_errors(tmp_path: Path) -> None:
     assert [(e.request_id, e.key_name, e.status, e.error_code) for e in errors] == [
         ("bad", "bob", 503, "all_providers_failed")
     ]
+
+
+def test_recent_fallbacks_read_only_the_attempts_not_served(tmp_path: Path) -> None:
+    """The dashboard's query goes through the partial index, which served attempts (nearly
+    all of them) stay out of: the writer then skips an index insert per request."""
+    Ledger(tmp_path / LEDGER_FILE).close()
+    conn = connect_reader(tmp_path / LEDGER_FILE)
+    try:
+        plans: list[str] = []
+        conn.set_trace_callback(plans.append)
+        recent_fallbacks(conn, MID_MONTH)
+        [sql] = [p for p in plans if "ledger_attempts" in p]
+        plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
+    finally:
+        conn.close()
+    assert any("USING INDEX ledger_attempts_unserved_ts" in str(row) for row in plan), plan

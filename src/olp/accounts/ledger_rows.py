@@ -140,6 +140,18 @@ MIGRATIONS = (
         DROP INDEX IF EXISTS ledger_attempts_request
     """,
     ),
+    # The one query on attempts by time (`recent_fallbacks`: the dashboard's hops that
+    # did not simply answer) never reads a served one, and nearly every attempt is served.
+    # A partial index leaves those out: the writer skips a B-tree insert per request (about
+    # a sixth of its time per request), and the query reads only the rows it returns.
+    Migration(
+        3,
+        """
+        DROP INDEX IF EXISTS ledger_attempts_ts;
+        CREATE INDEX ledger_attempts_unserved_ts ON ledger_attempts (ts)
+            WHERE outcome != 'served'
+    """,
+    ),
 )
 
 _REQUEST_COLUMNS = (
