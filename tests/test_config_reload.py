@@ -3,6 +3,7 @@ keeps the running configuration (real server processes, real upstreams)."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import signal
@@ -15,6 +16,9 @@ from typing import Any
 import httpx
 import orjson
 import pytest
+
+from olp.config import Config
+from olp.server.reload import LIVE_FIELDS, restart_needed
 
 from fakes.upstream import FakeUpstream, Hang, Slow
 from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
@@ -160,27 +164,28 @@ def test_a_bad_edit_keeps_the_running_config(tmp_path: Path, alpha: FakeUpstream
     assert len(failed) >= 3  # (a save caught half-written fails once more)
 
 
-def test_sighup_reloads_and_says_which_sections_need_a_restart(
+def test_sighup_reloads_and_says_which_fields_need_a_restart(
     tmp_path: Path, alpha: FakeUpstream
 ) -> None:
     home = tmp_path / "home"
     path = home / "config.json"
 
-    def config(model: str, max_body: int) -> dict[str, Any]:
+    def config(model: str, grace_s: int) -> dict[str, Any]:
         return {
-            "server": {"max_body_bytes": max_body},
+            # How long streams may finish at shutdown: the server is given it at start.
+            "server": {"shutdown_grace_s": grace_s},
             "providers": {"a": provider(alpha)},
             "routing": {"chains": {"m": [{"provider": "a", "model": model}]}},
         }
 
-    write_config(home, config("model-1", 1_000_000))
+    write_config(home, config("model-1", 10))
     with ProcessServer(home, INFO) as server:
         log = LogTail(server)
         assert answered_by(server, "m", "a")
         assert alpha.requests[-1].json["model"] == "model-1"
         # The same size and times: only SIGHUP can tell the server to look.
         st = path.stat()
-        path.write_bytes(orjson.dumps(config("model-2", 2_000_000)))
+        path.write_bytes(orjson.dumps(config("model-2", 20)))
         os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
         time.sleep(1.5)
         assert answered_by(server, "m", "a")
@@ -191,12 +196,72 @@ def test_sighup_reloads_and_says_which_sections_need_a_restart(
             return answered_by(server, "m", "a") and alpha.requests[-1].json["model"] == "model-2"
 
         assert eventually(on_model_2, RELOAD_S)
-        assert config_status(server)["restart_needed"] == ["server"]
+        assert config_status(server)["restart_needed"] == ["server.shutdown_grace_s"]
         stderr = log.stop()
     restart = [
         orjson.loads(ln) for ln in stderr.splitlines() if "config_reload_needs_restart" in ln
     ]
-    assert restart and restart[0]["sections"] == ["server"]
+    assert restart and restart[0]["fields"] == ["server.shutdown_grace_s"]
+
+
+def test_server_and_cache_limits_apply_without_a_restart(
+    tmp_path: Path, alpha: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+
+    def config(**sections: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": "x"}]}},
+            **sections,
+        }
+
+    def ask(question: str) -> httpx.Response:
+        body = {"model": "m", "messages": [{"role": "user", "content": question}]}
+        url = f"{server.base_url}/v1/chat/completions"
+        return httpx.post(url, json=body, headers=HEADERS, timeout=30)
+
+    def entries() -> int:
+        stats = httpx.get(f"{server.base_url}/cache/stats", headers=HEADERS).json()
+        return int(stats["entries"])
+
+    write_config(home, config(cache={"max_entries_per_key": 5}))
+    with ProcessServer(home, INFO) as server:
+        log = LogTail(server)
+        for question in ("one", "two", "three", "four"):
+            assert ask(question).headers["x-olp-cache"] == "miss"
+        assert ask("four").headers["x-olp-cache"] == "hit"
+        assert entries() == 4 and alpha.calls == 4
+
+        # Fewer entries per key: the least recently used go at once, not at the next write.
+        # A smaller body limit: the next request over it is refused.
+        write_config(
+            home,
+            config(cache={"max_entries_per_key": 2}, server={"max_body_bytes": 2_000}),
+        )
+        assert eventually(lambda: entries() == 2, RELOAD_S)
+        assert ask("four").headers["x-olp-cache"] == "hit"  # the most recently used stays
+        assert ask("one").headers["x-olp-cache"] == "miss"  # the oldest went
+        too_big = ask("x" * 3_000)
+        assert too_big.status_code == 413
+        assert "server.max_body_bytes" in too_big.json()["error"]["message"]
+
+        # A shorter ttl_s applies to answers already stored: 0 ends them all.
+        write_config(home, config(cache={"ttl_s": 0}))
+        assert eventually(lambda: entries() == 0, RELOAD_S)
+        assert ask("four").headers["x-olp-cache"] == "miss"
+        assert config_status(server)["restart_needed"] == []
+
+        # Turning the cache off changes which store OLP runs: that one waits for a restart.
+        write_config(home, config(cache={"enabled": False}))
+        assert eventually(
+            lambda: config_status(server)["restart_needed"] == ["cache.enabled"], RELOAD_S
+        )
+        assert ask("five").headers["x-olp-cache"] == "miss"  # still the running cache
+        stderr = log.stop()
+    dropped = [orjson.loads(ln) for ln in stderr.splitlines() if "cache_entries_dropped" in ln]
+    # Two past the new limit; then the two held (four, and one, stored since).
+    assert [d["entries"] for d in dropped] == [2, 2]
 
 
 def test_auth_applies_without_a_restart(tmp_path: Path, alpha: FakeUpstream) -> None:
@@ -271,3 +336,24 @@ def test_health_checks_after_a_reload_are_of_the_new_providers(
         assert health["providers"]["b"]["health"]["ok"] is True
         assert beta.calls == 1
         LogTail(server).stop()
+
+
+def test_every_live_field_exists_and_every_other_field_waits_for_a_restart(
+    tmp_path: Path,
+) -> None:
+    started = Config(home=tmp_path)
+    for section, live in LIVE_FIELDS.items():
+        names = {f.name for f in dataclasses.fields(getattr(started, section))}
+        assert live <= names, f"LIVE_FIELDS[{section!r}] names no field {live - names}"
+    edited = dataclasses.replace(
+        started,
+        server=dataclasses.replace(started.server, port=1, max_body_bytes=2),
+        cache=dataclasses.replace(started.cache, redis_prefix="x:", ttl_s=5),
+        ledger=dataclasses.replace(started.ledger, enabled=False),
+    )
+    assert restart_needed(edited, started) == (
+        "server.port",
+        "cache.redis_prefix",
+        "ledger.enabled",
+    )
+    assert restart_needed(started, started) == ()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,29 @@ def test_a_disabled_cache_bypasses_everything(tmp_path: Path) -> None:
         assert up.starts == 2
         await cache.aclose()
         assert not (tmp_path / "cache.db").exists()
+
+    run(main)
+
+
+def test_a_reload_changes_the_limits_but_not_whether_or_where_it_caches(tmp_path: Path) -> None:
+    async def main() -> None:
+        cache = ResponseCache(CacheConfig(ttl_s=60), tmp_path)
+        up = Upstream()
+        await ask(cache, up, key="a")
+        await ask(cache, up, key="b")
+        new = CacheConfig(enabled=False, redis_url="redis://elsewhere", ttl_s=60)
+        big = (TextDelta("x" * 200), Finish("stop"))
+        dropped = cache.reconfigure(replace(new, max_entries_per_key=1, max_entry_bytes=100))
+        assert dropped == 1
+        # Still on, still on disk: those two choose the store, and wait for a restart.
+        assert cache.config.enabled and cache.config.redis_url is None
+        assert cache.store.kind == "sqlite"
+        assert (await ask(cache, up, key="b"))[:2] == ("hit", "stored")
+        # An answer over the new entry limit is not kept.
+        assert (await ask(cache, Upstream(big), key="c"))[:2] == ("miss", "leader")
+        assert (await ask(cache, Upstream(big), key="c"))[:2] == ("miss", "leader")
+        assert cache.reconfigure(cache.config) == 0
+        await cache.aclose()
 
     run(main)
 

@@ -164,6 +164,39 @@ def test_delete_clear_and_stats() -> None:
     assert store.stats().entries == 0
 
 
+def test_new_limits_apply_to_the_entries_held() -> None:
+    clock = Clock()
+    store = MemoryStore(CFG, clock)
+    for k in ("a", "b", "c"):
+        store.put("ns", k, answer(k))
+        clock.now += 1
+    store.put("other", "big", answer("x" * 500))
+    assert store.lookup("ns", "a") is not None  # a is now the most recent
+    # Fewer entries per key (b, the least recently used, goes), a smaller entry limit
+    # (big goes), a shorter ttl_s (from when each was stored: a at 0 s, c at 2 s).
+    dropped = store.reconfigure(CacheConfig(ttl_s=10, max_entries_per_key=2, max_entry_bytes=100))
+    assert dropped == 2
+    assert store.lookup("ns", "b") is None and store.lookup("other", "big") is None
+    assert store.namespaces() == ["ns"]
+    assert store.stats().entries == 2
+    clock.now = 1_000_011.9
+    assert store.lookup("ns", "a") is None
+    assert store.lookup("ns", "c") is not None
+    clock.now += 0.1
+    assert store.lookup("ns", "c") is None
+
+
+def test_a_longer_ttl_applies_to_answers_stored_from_then_on() -> None:
+    clock = Clock()
+    store = MemoryStore(CFG, clock)
+    store.put("ns", "before", ANSWER)
+    assert store.reconfigure(CacheConfig(ttl_s=3600)) == 0
+    store.put("ns", "after", ANSWER)
+    clock.now += 3599
+    assert store.lookup("ns", "before") is None  # its 60 s, as when it was stored
+    assert store.lookup("ns", "after") is not None
+
+
 # -- sqlite ----------------------------------------------------------------------------------
 
 
@@ -261,6 +294,18 @@ def test_a_lowered_entry_limit_trims_at_start(tmp_path: Path) -> None:
         store.put("ns", k, answer(k))
     store.close()
     again = reopen(path, CacheConfig(ttl_s=60, max_entries_per_key=1))
+    assert again.stats("ns").entries == 1
+    again.close()
+
+
+def test_entries_that_new_limits_drop_leave_the_file_too(tmp_path: Path) -> None:
+    path = tmp_path / "cache.db"
+    store = reopen(path)
+    for k in ("a", "b", "c"):
+        store.put("ns", k, answer(k))
+    assert store.reconfigure(CacheConfig(ttl_s=60, max_entries_per_key=1)) == 2
+    store.close()
+    again = reopen(path)  # (the old limit: only what is in the file counts)
     assert again.stats("ns").entries == 1
     again.close()
 

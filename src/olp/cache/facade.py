@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, Literal
@@ -269,6 +269,26 @@ class ResponseCache:
             "bytes": stored.bytes,
             "in_flight": self._flights.in_flight(namespace),
         }
+
+    def reconfigure(self, config: CacheConfig) -> int:
+        """A config reload's new `ttl_s`, `max_entries_per_key` and `max_entry_bytes`:
+        they apply to the entries held now (see `MemoryStore.reconfigure`) and to every
+        flight started from now on. Returns how many entries were dropped.
+
+        `enabled`, `redis_url` and `redis_prefix` choose the store itself: they take a
+        restart, and are kept as they are here.
+        """
+        config = replace(
+            config,
+            enabled=self.config.enabled,
+            redis_url=self.config.redis_url,
+            redis_prefix=self.config.redis_prefix,
+        )
+        if config == self.config:
+            return 0
+        self.config = config
+        self._flights.max_buffer_bytes = config.max_entry_bytes
+        return self.store.reconfigure(config)
 
     def clear(self, namespace: str | None = None) -> int:
         """Drop stored answers here (counters stay); returns how many were dropped."""

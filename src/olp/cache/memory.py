@@ -179,6 +179,29 @@ class MemoryStore:
     async def aclear(self, namespace: str | None = None) -> int:
         return self.clear(namespace)
 
+    def reconfigure(self, config: CacheConfig) -> int:
+        """Apply new limits (a config reload) to the entries held; returns how many went.
+
+        A lower `ttl_s` shortens the entries stored before it (as a restart would), a
+        higher one applies to answers stored from now on; entries over a lower
+        `max_entry_bytes`, and the least recently used ones past a lower
+        `max_entries_per_key`, are dropped now rather than at the next write.
+        """
+        self._config = config
+        now = self._clock()
+        dropped = 0
+        for space in list(self._spaces.values()):
+            for entry in list(space.values()):
+                entry.expires_at = min(entry.expires_at, entry.created_at + config.ttl_s)
+                if entry.answer is not None:
+                    entry.answer.expires_at = entry.expires_at
+                if entry.expires_at <= now or entry.nbytes > config.max_entry_bytes:
+                    dropped += self.delete(entry.namespace, entry.key)
+            while len(space) > config.max_entries_per_key:
+                oldest = next(iter(space.values()))
+                dropped += self.delete(oldest.namespace, oldest.key)
+        return dropped
+
     def clear(self, namespace: str | None = None) -> int:
         names = list(self._spaces) if namespace is None else [namespace]
         dropped = 0

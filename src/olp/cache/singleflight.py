@@ -51,7 +51,8 @@ class SingleFlight:
     """The table of flights in progress, by (namespace, key)."""
 
     def __init__(self, *, max_buffer_bytes: int) -> None:
-        self._max_bytes = max_buffer_bytes
+        # (A config reload may change it: flights started from then on use the new one.)
+        self.max_buffer_bytes = max_buffer_bytes
         self._table: dict[tuple[str, str], Flight] = {}
         # Every flight not finished yet, shared or not, for stats and shutdown.
         self._running: dict[Flight, None] = {}
@@ -83,7 +84,7 @@ class SingleFlight:
             namespace,
             key,
             start,
-            max_bytes=self._max_bytes,
+            max_bytes=self.max_buffer_bytes,
             on_success=on_success,
             guard=guard,
         )

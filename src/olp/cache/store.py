@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from olp.cache.codec import decode_events
+from olp.config import CacheConfig
 from olp.ir import ChatResponse, Event
 
 __all__ = ["CachedAnswer", "Store", "StoreStats"]
@@ -116,6 +117,10 @@ class Store(Protocol):
 
     async def aclear(self, namespace: str | None = None) -> int:
         """`clear`, and wait until a shared store has done it too."""
+
+    def reconfigure(self, config: CacheConfig) -> int:
+        """New limits (ttl_s, max_entries_per_key, max_entry_bytes) for what is held and
+        what comes; returns how many entries they dropped."""
 
     def stats(self, namespace: str | None = None) -> StoreStats: ...
 

@@ -2,11 +2,11 @@
 
 The server looks at `$OLP_HOME/config.json` once a second, and at once on SIGHUP. A file
 that loads and validates replaces the running `providers`, `routing`, `pricing` and
-`auth`; a file that does not (a typo, an editor's half-written save) is logged
-with every problem it has, and the running configuration stays. The other sections
-(`server`, `cache`, `ledger`) belong to objects built once at start — a socket, the
-cache's stores, the ledger's writer — so a change there is logged as waiting for a
-restart.
+`auth`, and the fields of `server` and `cache` that are read as requests come
+(`LIVE_FIELDS`); a file that does not (a typo, an editor's half-written save) is logged
+with every problem it has, and the running configuration stays. The other fields belong
+to objects built once at start — the socket, the cache's store, the ledger's writer — so
+a change there is logged, field by field, as waiting for a restart.
 
 A provider whose entry did not change keeps its object, with its connection pool, its
 child processes and its quota signals; cooldowns and quota counters are kept by name for
@@ -21,12 +21,13 @@ import asyncio
 import os
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+from typing import TypeVar
 
 from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.pricing import Pricing
-from olp.config import Config
+from olp.config import CacheConfig, Config, ServerConfig
 from olp.engine import Router
 from olp.errors import ConfigError
 from olp.observability import event_logger
@@ -36,13 +37,21 @@ from olp.quota import soft_trigger_warnings
 from olp.server.context import AppContext
 from olp.server.parse_memo import ParseMemo
 
-__all__ = ["RESTART_SECTIONS", "ConfigReloader", "Reloaded", "apply_config", "warn_soft_triggers"]
+__all__ = ["LIVE_FIELDS", "ConfigReloader", "Reloaded", "apply_config", "warn_soft_triggers"]
 
 log = event_logger("olp.server")
 
-# What a reload cannot change: built once, at start.
-RESTART_SECTIONS = ("server", "cache", "ledger")
+# The fields of the sections built once at start that a reload does change: they are read
+# per request (server), or handed to the object that uses them (cache, `reconfigure`).
+# Every other field of these sections waits for a restart, a field added later too until
+# someone moves it here.
+LIVE_FIELDS: Mapping[str, frozenset[str]] = {
+    "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
+    "cache": frozenset({"ttl_s", "max_entries_per_key", "max_entry_bytes"}),
+    "ledger": frozenset(),
+}
 _RETIRE_GRACE_S = 5.0
+_Section = TypeVar("_Section", ServerConfig, CacheConfig)
 # (inode, size, mtime in ns): a save changes at least one of them.
 _Signature = tuple[int, int, int] | None
 
@@ -54,7 +63,7 @@ class Reloaded:
     added: tuple[str, ...]
     removed: tuple[str, ...]
     changed: tuple[str, ...]
-    restart_needed: tuple[str, ...]
+    restart_needed: tuple[str, ...]  # fields, e.g. "server.port"
 
 
 def warn_soft_triggers(config: Config, providers: Mapping[str, Provider]) -> None:
@@ -67,9 +76,10 @@ def warn_soft_triggers(config: Config, providers: Mapping[str, Provider]) -> Non
 def apply_config(
     ctx: AppContext, new: Config, started: Config
 ) -> tuple[Reloaded, dict[str, Provider]]:
-    """Swap `new`'s providers, routing, pricing and auth into `ctx`; return what changed and the
-    retired providers (still open). `started` is the config loaded at start, before any
-    command-line override: the other sections of `new` that differ wait for a restart.
+    """Swap `new`'s providers, routing, pricing, auth and live fields into `ctx`; return what
+    changed and the retired providers (still open). `started` is the config loaded at
+    start, before any command-line override: the other fields of `new` that differ from it
+    wait for a restart.
 
     Raises ConfigError (nothing swapped) if a new or changed provider cannot be built.
     """
@@ -80,6 +90,8 @@ def apply_config(
         routing=new.routing,
         pricing=new.pricing,
         auth=new.auth,
+        server=_live("server", running.server, new.server),
+        cache=_live("cache", running.cache, new.cache),
         source=new.source,
         notes=new.notes,
     )
@@ -92,10 +104,27 @@ def apply_config(
         added=tuple(n for n in built if n not in ctx.providers),
         removed=tuple(n for n in retired if n not in enabled),
         changed=tuple(n for n in built if n in ctx.providers),
-        restart_needed=tuple(s for s in RESTART_SECTIONS if getattr(new, s) != getattr(started, s)),
+        restart_needed=restart_needed(new, started),
     )
     _swap(ctx, target, {n: kept.get(n) or built[n] for n in enabled})
     return reloaded, retired
+
+
+def restart_needed(new: Config, started: Config) -> tuple[str, ...]:
+    """The fields outside `LIVE_FIELDS` where `new` differs from what OLP started with."""
+    return tuple(
+        f"{section}.{field.name}"
+        for section, live in LIVE_FIELDS.items()
+        for field in fields(getattr(new, section))
+        if field.name not in live
+        and getattr(getattr(new, section), field.name)
+        != getattr(getattr(started, section), field.name)
+    )
+
+
+def _live(section: str, running: _Section, new: _Section) -> _Section:
+    """The running `section` with `new`'s live fields."""
+    return replace(running, **{name: getattr(new, name) for name in LIVE_FIELDS[section]})
 
 
 def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> None:
@@ -107,7 +136,10 @@ def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> No
     ctx.quota.thresholds = config.routing.soft_triggers
     ctx.engine.default_retry_after_s = config.routing.default_retry_after_s
     ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
-    ctx.config = config  # the request handlers read `auth` from it
+    ctx.config = config  # the request handlers read `auth` and `server` from it
+    dropped = ctx.cache.reconfigure(config.cache)
+    if dropped:
+        log.info("cache_entries_dropped", entries=dropped, why="config reload: new cache limits")
     if isinstance(ctx.auth, DbAuthenticator):
         ctx.auth.allow_anonymous = config.auth.allow_anonymous
     # Both remember answers worked out under the old routing (chains, last hits).
@@ -202,9 +234,9 @@ class ConfigReloader:
         if reloaded.restart_needed:  # said at each reload, until the restart
             log.warning(
                 "config_reload_needs_restart",
-                sections=list(reloaded.restart_needed),
-                detail="these sections differ from the running ones; they take effect at "
-                "the next `olp start`",
+                fields=list(reloaded.restart_needed),
+                detail="these fields differ from the ones OLP started with; they take effect "
+                "at the next `olp start`",
             )
 
     async def _close_later(self, name: str, provider: Provider, delay_s: float) -> None:
