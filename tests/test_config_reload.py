@@ -318,6 +318,41 @@ def test_new_prices_apply_to_the_next_requests(tmp_path: Path, alpha: FakeUpstre
     assert cost2 == pytest.approx((p2 * 10.0 + c2 * 20.0) / 1e6)  # the new prices
 
 
+def test_the_ledger_stops_and_starts_writing_without_a_restart(
+    tmp_path: Path, alpha: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+
+    def config(ledger: bool) -> dict[str, Any]:
+        return {
+            "providers": {"a": provider(alpha)},
+            "routing": {"chains": {"m": [{"provider": "a", "model": "x"}]}},
+            "ledger": {"enabled": ledger},
+        }
+
+    def applied(reloads: int) -> bool:
+        return bool(config_status(server)["reloads"] == reloads)
+
+    write_config(home, config(True))
+    with ProcessServer(home, INFO) as server:
+        first = chat(server, "m")
+        write_config(home, config(False))
+        assert eventually(lambda: applied(1), RELOAD_S)
+        unrecorded = [chat(server, "m"), chat(server, "m")]
+        write_config(home, config(True))
+        assert eventually(lambda: applied(2), RELOAD_S)
+        last = chat(server, "m")
+        assert config_status(server)["restart_needed"] == []
+        LogTail(server).stop()  # every ledger row is written at shutdown
+    assert all(r.status_code == 200 for r in (first, *unrecorded, last))
+    recorded = [first.headers["x-olp-request-id"], last.headers["x-olp-request-id"]]
+    db = sqlite3.connect(home / "ledger.db")
+    requests = db.execute("SELECT request_id FROM ledger_requests ORDER BY id").fetchall()
+    assert [row[0] for row in requests] == recorded
+    attempts = db.execute("SELECT DISTINCT request_id FROM ledger_attempts").fetchall()
+    assert sorted(row[0] for row in attempts) == sorted(recorded)
+
+
 def test_health_checks_after_a_reload_are_of_the_new_providers(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:
@@ -351,9 +386,5 @@ def test_every_live_field_exists_and_every_other_field_waits_for_a_restart(
         cache=dataclasses.replace(started.cache, redis_prefix="x:", ttl_s=5),
         ledger=dataclasses.replace(started.ledger, enabled=False),
     )
-    assert restart_needed(edited, started) == (
-        "server.port",
-        "cache.redis_prefix",
-        "ledger.enabled",
-    )
+    assert restart_needed(edited, started) == ("server.port", "cache.redis_prefix")
     assert restart_needed(started, started) == ()

@@ -36,7 +36,7 @@ from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
 from olp.server.metrics_api import metrics_endpoint
-from olp.server.observers import ledger_attempts, ledger_requests, limit_usage
+from olp.server.observers import limit_usage, record_usage
 from olp.server.quota_api import quota_status
 from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
@@ -128,9 +128,7 @@ def _wire_observers(ctx: AppContext, clock: Clock) -> None:
     config, engine = ctx.config, ctx.engine
     # Limits hold across restarts: today's and this month's usage per key, from the ledger.
     ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
-    if config.ledger.enabled:  # `"ledger": {"enabled": false}`: no usage rows at all
-        engine.listeners.append(ledger_attempts(ctx.ledger))
-        ctx.observers.append(ledger_requests(ctx.ledger, ctx))
+    record_usage(ctx, config.ledger.enabled)  # `"enabled": false`: no usage rows at all
     ctx.observers.append(limit_usage(ctx.limits, ctx))
     engine.listeners.append(ctx.metrics.on_attempt)
     ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets

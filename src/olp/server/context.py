@@ -12,7 +12,7 @@ from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.engine import Chain, FallbackEngine, Hop, Router
+from olp.engine import AttemptListener, Chain, FallbackEngine, Hop, Router
 from olp.errors import UnpricedModel
 from olp.providers.base import Provider, ProviderPlugin
 from olp.quota import Cooldowns, QuotaBook
@@ -63,6 +63,9 @@ class AppContext:
     config_status: ConfigStatus = field(default_factory=ConfigStatus)
     # Told about every finished chat request (ledger, limits, metrics); O(1) each.
     observers: list[OutcomeObserver] = field(default_factory=list)
+    # The ledger's hook among the engine's listeners and among `observers`, while
+    # `ledger.enabled` (`olp.server.observers.record_usage` adds and removes them).
+    ledger_hooks: tuple[AttemptListener, OutcomeObserver] | None = None
     # Per-key limits (requests/min, /day, tokens/day, USD/month), counted in memory.
     limits: LimitKeeper = field(default_factory=LimitKeeper)
     # In-memory request metrics (fed by an outcome observer and an engine listener) and

@@ -15,7 +15,7 @@ from olp.engine import Attempt, AttemptListener
 from olp.server.context import AppContext
 from olp.server.outcome import OutcomeObserver, RequestOutcome
 
-__all__ = ["ledger_attempts", "ledger_requests", "limit_usage"]
+__all__ = ["ledger_attempts", "ledger_requests", "limit_usage", "record_usage"]
 
 
 def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
@@ -35,6 +35,24 @@ def _price(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
     pconf = config.providers.get(outcome.provider)
     ptype = pconf.type if pconf is not None else ""
     return pricing.price_request(outcome.provider, ptype, outcome.model, outcome.usage)
+
+
+def record_usage(ctx: AppContext, on: bool) -> None:
+    """Write ledger rows (a request's, its attempts') from the next request on, or stop.
+
+    `ledger.enabled`, at start and at each config reload. The ledger itself stays open
+    either way: the dashboard and `olp usage` read what it holds.
+    """
+    hooks = ctx.ledger_hooks
+    if on and hooks is None:
+        attempts, requests = ledger_attempts(ctx.ledger), ledger_requests(ctx.ledger, ctx)
+        ctx.engine.listeners.append(attempts)
+        ctx.observers.append(requests)
+        ctx.ledger_hooks = attempts, requests
+    elif not on and hooks is not None:
+        ctx.engine.listeners.remove(hooks[0])
+        ctx.observers.remove(hooks[1])
+        ctx.ledger_hooks = None
 
 
 def ledger_requests(ledger: Ledger, ctx: AppContext) -> OutcomeObserver:

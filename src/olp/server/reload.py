@@ -2,11 +2,11 @@
 
 The server looks at `$OLP_HOME/config.json` once a second, and at once on SIGHUP. A file
 that loads and validates replaces the running `providers`, `routing`, `pricing` and
-`auth`, and the fields of `server` and `cache` that are read as requests come
-(`LIVE_FIELDS`); a file that does not (a typo, an editor's half-written save) is logged
+`auth`, and the fields of `server`, `cache` and `ledger` that can change under a running
+server (`LIVE_FIELDS`); a file that does not (a typo, an editor's half-written save) is logged
 with every problem it has, and the running configuration stays. The other fields belong
-to objects built once at start — the socket, the cache's store, the ledger's writer — so
-a change there is logged, field by field, as waiting for a restart.
+to objects built once at start — the socket, the cache's store — so a change there is
+logged, field by field, as waiting for a restart.
 
 A provider whose entry did not change keeps its object, with its connection pool, its
 child processes and its quota signals; cooldowns and quota counters are kept by name for
@@ -27,7 +27,7 @@ from typing import TypeVar
 
 from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.pricing import Pricing
-from olp.config import CacheConfig, Config, ServerConfig
+from olp.config import CacheConfig, Config, LedgerConfig, ServerConfig
 from olp.engine import Router
 from olp.errors import ConfigError
 from olp.observability import event_logger
@@ -35,6 +35,7 @@ from olp.providers.base import Provider
 from olp.providers.loader import build_providers
 from olp.quota import soft_trigger_warnings
 from olp.server.context import AppContext
+from olp.server.observers import record_usage
 from olp.server.parse_memo import ParseMemo
 
 __all__ = ["LIVE_FIELDS", "ConfigReloader", "Reloaded", "apply_config", "warn_soft_triggers"]
@@ -42,16 +43,17 @@ __all__ = ["LIVE_FIELDS", "ConfigReloader", "Reloaded", "apply_config", "warn_so
 log = event_logger("olp.server")
 
 # The fields of the sections built once at start that a reload does change: they are read
-# per request (server), or handed to the object that uses them (cache, `reconfigure`).
+# per request (server), or handed to what uses them (cache: `reconfigure`; ledger:
+# `record_usage`).
 # Every other field of these sections waits for a restart, a field added later too until
 # someone moves it here.
 LIVE_FIELDS: Mapping[str, frozenset[str]] = {
     "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
     "cache": frozenset({"ttl_s", "max_entries_per_key", "max_entry_bytes"}),
-    "ledger": frozenset(),
+    "ledger": frozenset({"enabled"}),
 }
 _RETIRE_GRACE_S = 5.0
-_Section = TypeVar("_Section", ServerConfig, CacheConfig)
+_Section = TypeVar("_Section", ServerConfig, CacheConfig, LedgerConfig)
 # (inode, size, mtime in ns): a save changes at least one of them.
 _Signature = tuple[int, int, int] | None
 
@@ -92,6 +94,7 @@ def apply_config(
         auth=new.auth,
         server=_live("server", running.server, new.server),
         cache=_live("cache", running.cache, new.cache),
+        ledger=_live("ledger", running.ledger, new.ledger),
         source=new.source,
         notes=new.notes,
     )
@@ -137,6 +140,7 @@ def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> No
     ctx.engine.default_retry_after_s = config.routing.default_retry_after_s
     ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
     ctx.config = config  # the request handlers read `auth` and `server` from it
+    record_usage(ctx, config.ledger.enabled)
     dropped = ctx.cache.reconfigure(config.cache)
     if dropped:
         log.info("cache_entries_dropped", entries=dropped, why="config reload: new cache limits")
