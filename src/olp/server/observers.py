@@ -41,7 +41,8 @@ def record_usage(ctx: AppContext, on: bool) -> None:
     """Write ledger rows (a request's, its attempts') from the next request on, or stop.
 
     `ledger.enabled`, at start and at each config reload. The ledger itself stays open
-    either way: the dashboard and `olp usage` read what it holds.
+    either way: the dashboard and `olp usage` read what it holds. (A request under way at
+    the switch may leave its attempt rows without its request row, or the reverse.)
     """
     hooks = ctx.ledger_hooks
     if on and hooks is None:
