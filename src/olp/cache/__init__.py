@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from olp.cache.facade import (
     CACHE_FILE,
+    RELOADABLE,
     CacheHop,
     CacheOutcome,
     HopRole,
@@ -25,6 +26,7 @@ from olp.cache.store import CachedAnswer, Store, StoreStats
 
 __all__ = [
     "CACHE_FILE",
+    "RELOADABLE",
     "CacheHop",
     "CacheOutcome",
     "CachedAnswer",

@@ -29,6 +29,7 @@ from olp.ir import ChatResponse, Event, Finish, is_content
 
 __all__ = [
     "CACHE_FILE",
+    "RELOADABLE",
     "CacheHop",
     "CacheOutcome",
     "HopRole",
@@ -38,6 +39,9 @@ __all__ = [
 ]
 
 CACHE_FILE = "cache.db"
+# The settings a running cache takes on (`reconfigure`); the others (`enabled`,
+# `redis_url`, `redis_prefix`) choose its store, and take a restart.
+RELOADABLE = frozenset({"ttl_s", "max_entries_per_key", "max_entry_bytes"})
 CacheOutcome = Literal["hit", "miss", "bypass"]
 # stored: replayed from the cache; leader: this request's own upstream call (shared with
 # any followers); follower: another request's upstream call, no cost of its own;
@@ -271,19 +275,11 @@ class ResponseCache:
         }
 
     def reconfigure(self, config: CacheConfig) -> int:
-        """A config reload's new `ttl_s`, `max_entries_per_key` and `max_entry_bytes`:
-        they apply to the entries held now (see `MemoryStore.reconfigure`) and to every
-        flight started from now on. Returns how many entries were dropped.
-
-        `enabled`, `redis_url` and `redis_prefix` choose the store itself: they take a
-        restart, and are kept as they are here.
+        """A config reload's `RELOADABLE` settings: they apply to the entries held now (see
+        `MemoryStore.reconfigure`) and to every flight started from now on; the others
+        are kept as they are. Returns how many entries were dropped.
         """
-        config = replace(
-            config,
-            enabled=self.config.enabled,
-            redis_url=self.config.redis_url,
-            redis_prefix=self.config.redis_prefix,
-        )
+        config = replace(self.config, **{name: getattr(config, name) for name in RELOADABLE})
         if config == self.config:
             return 0
         self.config = config

@@ -27,6 +27,7 @@ from typing import TypeVar
 
 from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.pricing import Pricing
+from olp.cache import RELOADABLE
 from olp.config import CacheConfig, Config, LedgerConfig, ServerConfig
 from olp.engine import Router
 from olp.errors import ConfigError
@@ -49,7 +50,7 @@ log = event_logger("olp.server")
 # someone moves it here.
 LIVE_FIELDS: Mapping[str, frozenset[str]] = {
     "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
-    "cache": frozenset({"ttl_s", "max_entries_per_key", "max_entry_bytes"}),
+    "cache": RELOADABLE,
     "ledger": frozenset({"enabled"}),
 }
 _RETIRE_GRACE_S = 5.0
