@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from olp.config import Config
-from olp.server.reload import LIVE_FIELDS, restart_needed
+from olp.server.reload import LIVE_FIELDS, restart_needed, restart_only_fields
 
 from fakes.upstream import FakeUpstream, Hang, Slow
 from olp_server import OWNER_TOKEN, ProcessServer, eventually, write_config
@@ -388,3 +388,12 @@ def test_every_live_field_exists_and_every_other_field_waits_for_a_restart(
     )
     assert restart_needed(edited, started) == ("server.port", "cache.redis_prefix")
     assert restart_needed(started, started) == ()
+    # What `olp config check` names as read at start only: every field no reload changes.
+    every = {
+        f"{section}.{f.name}"
+        for section in LIVE_FIELDS
+        for f in dataclasses.fields(getattr(started, section))
+    }
+    live = {f"{section}.{name}" for section, names in LIVE_FIELDS.items() for name in names}
+    assert set(restart_only_fields()) == every - live
+    assert "server.port" in restart_only_fields() and "cache.ttl_s" not in restart_only_fields()

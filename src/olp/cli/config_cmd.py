@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import textwrap
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -225,9 +226,15 @@ def _print(report: Mapping[str, Any]) -> None:
     )
     click.secho(summary + (f", {len(warnings)} warning(s)" if warnings else ""), fg="green")
     if report["config"]["source"] == "file":
+        from olp.server.reload import restart_only_fields  # (the server: only if needed)
+
+        fixed = ", ".join(restart_only_fields())
         click.echo(
-            "a running `olp start` applies this file within a second: providers, routing,\n"
-            "pricing and auth (server, cache and ledger at its next start)"
+            textwrap.fill(
+                f"a running `olp start` applies this file within a second, except {fixed}"
+                " (read at start only)",
+                width=80,
+            )
         )
 
 

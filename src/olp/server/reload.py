@@ -39,7 +39,14 @@ from olp.server.context import AppContext
 from olp.server.observers import record_usage
 from olp.server.parse_memo import ParseMemo
 
-__all__ = ["LIVE_FIELDS", "ConfigReloader", "Reloaded", "apply_config", "warn_soft_triggers"]
+__all__ = [
+    "LIVE_FIELDS",
+    "ConfigReloader",
+    "Reloaded",
+    "apply_config",
+    "restart_only_fields",
+    "warn_soft_triggers",
+]
 
 log = event_logger("olp.server")
 
@@ -52,6 +59,11 @@ LIVE_FIELDS: Mapping[str, frozenset[str]] = {
     "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
     "cache": RELOADABLE,
     "ledger": frozenset({"enabled"}),
+}
+_SECTIONS: Mapping[str, type] = {
+    "server": ServerConfig,
+    "cache": CacheConfig,
+    "ledger": LedgerConfig,
 }
 _RETIRE_GRACE_S = 5.0
 _Section = TypeVar("_Section", ServerConfig, CacheConfig, LedgerConfig)
@@ -114,16 +126,24 @@ def apply_config(
     return reloaded, retired
 
 
-def restart_needed(new: Config, started: Config) -> tuple[str, ...]:
-    """The fields outside `LIVE_FIELDS` where `new` differs from what OLP started with."""
+def restart_only_fields() -> tuple[str, ...]:
+    """Every field a reload leaves as it is, by dotted name ("server.port")."""
     return tuple(
         f"{section}.{field.name}"
         for section, live in LIVE_FIELDS.items()
-        for field in fields(getattr(new, section))
+        for field in fields(_SECTIONS[section])
         if field.name not in live
-        and getattr(getattr(new, section), field.name)
-        != getattr(getattr(started, section), field.name)
     )
+
+
+def restart_needed(new: Config, started: Config) -> tuple[str, ...]:
+    """The fields outside `LIVE_FIELDS` where `new` differs from what OLP started with."""
+    return tuple(name for name in restart_only_fields() if _get(new, name) != _get(started, name))
+
+
+def _get(config: Config, dotted: str) -> object:
+    section, name = dotted.split(".")
+    return getattr(getattr(config, section), name)
 
 
 def _live(section: str, running: _Section, new: _Section) -> _Section:
