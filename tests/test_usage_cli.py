@@ -29,6 +29,7 @@ from olp.accounts.usage_query import (
     recent_errors,
     recent_fallbacks,
 )
+from olp.cli.usage import usd
 from olp.errors import InvalidApiKey, KeyLimitExceeded
 from olp.ir import Usage
 
@@ -394,3 +395,9 @@ def test_recent_fallbacks_read_only_the_attempts_not_served(tmp_path: Path) -> N
     finally:
         conn.close()
     assert any("USING INDEX ledger_attempts_unserved_ts" in str(row) for row in plan), plan
+
+
+def test_dollars_in_the_table() -> None:
+    assert [usd(v) for v in (0, 0.03, 0.00004, 0.00006, 1, 1234.5)] == [
+        "$0.00", "$0.0300", "<$0.0001", "$0.0001", "$1.00", "$1,234.50",
+    ]  # fmt: skip

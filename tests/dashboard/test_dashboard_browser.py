@@ -161,6 +161,8 @@ def test_pasting_the_owner_key_opens_the_dashboard(olp: ThreadServer, browser: A
     page.wait_for_selector("#main:not([hidden])")
     assert page.text_content("#total-requests") == "0"
     assert page.evaluate("localStorage.length") == 0  # not remembered unless asked
+    amounts = page.evaluate("[0, 0.00001, 0.0003, 12.5].map(OLPDashboard.usd)")
+    assert amounts == ["$0", "<$0.0001", "$0.0003", "$12.50"]  # as `olp usage` writes them
     page.click("#sign-out")
     assert page.is_visible("#login")
     assert page.evaluate("sessionStorage.length") == 0

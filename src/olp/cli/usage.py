@@ -140,13 +140,19 @@ def _table(report: dict[str, Any]) -> str:
 def _cells(row: dict[str, Any]) -> list[str]:
     mark = "*" if row.get("unpriced") else ""
     return [
-        _usd(row[f]) + (mark if f != "saved_usd" else "") if f in _USD else f"{row[f]:,}"
+        usd(row[f]) + (mark if f != "saved_usd" else "") if f in _USD else f"{row[f]:,}"
         for _, f in _COLUMNS
     ]
 
 
-def _usd(value: float) -> str:
-    return f"${value:,.2f}" if value >= 1 or value == 0 else f"${value:.4f}"
+def usd(value: float) -> str:
+    """Dollars for a table: cents from $1 up, else four decimals; a cost too small for
+    those is shown as one, not as a $0.0000 that reads like "not priced"."""
+    if value >= 1 or value == 0:
+        return f"${value:,.2f}"
+    if 0 < value < 0.00005:
+        return "<$0.0001"
+    return f"${value:.4f}"
 
 
 def _aligned(header: Sequence[str], body: Sequence[Sequence[str]], left: int) -> list[str]:

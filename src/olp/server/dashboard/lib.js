@@ -44,6 +44,8 @@
   function usd(n) {
     if (n === null || n === undefined) return "–";
     if (n === 0) return "$0";
+    // A cost too small for four decimals is still a cost, not an unpriced "$0.0000".
+    if (n > 0 && n < 0.00005) return "<$0.0001";
     if (Math.abs(n) < 0.01) return "$" + n.toFixed(4);
     return "$" + n.toFixed(2);
   }
