@@ -252,7 +252,9 @@ def test_quota_state_survives_restart_and_cli_reset(
         shown = olp_cli(home, "quota", "--json")
         alpha_state = next(p for p in json.loads(shown)["providers"] if p["provider"] == "alpha")
         assert alpha_state["state"] == "cooling_down"
-        assert "alpha" in olp_cli(home, "providers", "reset", "alpha")
+        said = olp_cli(home, "providers", "reset", "alpha")
+        assert said.startswith("alpha: ended 1 cooldown(s) (alpha/a)"), said
+        assert "not cooling down" in olp_cli(home, "providers", "reset", "beta")
         deadline = time.monotonic() + 5
         while ask(server).headers["x-olp-provider-used"] != "alpha":
             assert time.monotonic() < deadline, "reset not applied by the running server"

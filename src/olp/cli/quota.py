@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import click
 import orjson
@@ -20,6 +21,13 @@ def _open_store(config: Config) -> QuotaStore:
         return QuotaStore(config.home / "quota.db")
     except OLPError as exc:
         fail(exc.message)
+
+
+def _saved_book(config: Config, state: dict[str, dict[str, Any]]) -> QuotaBook:
+    """The quota book as the server last saved it (read-only: nothing here records)."""
+    book = QuotaBook(Cooldowns(), config.routing.soft_triggers, lambda _: None)
+    book.load(state)
+    return book
 
 
 @click.command()
@@ -41,9 +49,7 @@ def quota(as_json: bool) -> None:
     store = _open_store(config)
     state, saved = store.load()
     store.close()
-    book = QuotaBook(Cooldowns(), config.routing.soft_triggers, lambda _: None)
-    book.load(state)
-    rows = book.statuses(sorted(set(config.providers) | set(state)))
+    rows = _saved_book(config, state).statuses(sorted(set(config.providers) | set(state)))
     if as_json:
         from olp.server.quota_api import provider_quota_json
 
@@ -106,6 +112,17 @@ def reset(name: str) -> None:
         known = ", ".join(sorted(config.providers)) or "none configured"
         fail(f"unknown provider {name!r} (configured: {known})")
     store = _open_store(config)
+    state, saved = store.load()
+    # Asked for even when the last save shows no cooldown: one may have begun since.
     store.request_reset(name)
     store.close()
-    click.echo(f"{name}: cooldowns ended")
+    cooling = _saved_book(config, state).statuses([name])[0].cooldowns
+    if not cooling:
+        when = time.strftime("%H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
+        click.echo(f"{name}: not cooling down (server's last save: {when}); nothing to end")
+        return
+    scopes = ", ".join(f"{name}/{c.model}" if c.model else name for c in cooling)
+    click.echo(
+        f"{name}: ended {len(cooling)} cooldown(s) ({scopes}); "
+        "a running server applies it within seconds"
+    )
