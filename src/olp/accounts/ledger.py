@@ -4,6 +4,7 @@
 background thread with its own SQLite connection writes what has queued up every
 `interval_s` (in transactions of at most `batch_rows`), never woken per record.
 `aclose()` (the server's lifespan shutdown, so also SIGTERM) writes everything left.
+The same thread deletes rows past `ledger.retention_days` (`olp.accounts.ledger_retention`).
 
 Rows are never dropped silently. A failed write keeps its batch and retries with backoff.
 If the queue still reaches `max_rows`, the writer is far behind: a warning says so, and
@@ -28,6 +29,7 @@ from pathlib import Path
 
 import orjson
 
+from olp.accounts.ledger_retention import Retention
 from olp.accounts.ledger_rows import (
     LEDGER_FILE,
     MIGRATIONS,
@@ -61,8 +63,12 @@ class Ledger:
         max_rows: int = 100_000,
         block_s: float = 0.25,
         busy_timeout_ms: int = 5000,
+        retention: Retention | None = None,
     ) -> None:
-        """Open (and migrate) `path` now, so a broken file stops the start; raise DatabaseError."""
+        """Open (and migrate) `path` now, so a broken file stops the start; raise DatabaseError.
+
+        `retention` deletes old rows (`ledger.retention_days`); by default none go.
+        """
         self.path = path
         self.spill_path = path.with_name(SPILL_FILE)
         self._conn = open_database(
@@ -83,15 +89,16 @@ class Ledger:
         self._warned_at = -_WARN_EVERY_S
         self._spilled = 0
         self._lost = 0
+        self.retention = retention or Retention(0)  # (a config reload sets its `days`)
         self._thread = threading.Thread(target=self._run, name="olp-ledger", daemon=True)
         self._thread.start()
         # A safety net for a process that exits without aclose(); aclose() removes it.
         atexit.register(self.close)
 
     @classmethod
-    def open(cls, home: Path) -> Ledger:
+    def open(cls, home: Path, retention_days: int = 0) -> Ledger:
         """The ledger of an OLP home: `$OLP_HOME/ledger.db`; raise DatabaseError."""
-        return cls(home / LEDGER_FILE)
+        return cls(home / LEDGER_FILE, retention=Retention(retention_days))
 
     # -- the hot path ------------------------------------------------------------------
 
@@ -198,6 +205,8 @@ class Ledger:
             try:
                 # What is queued now: under a flood the loop still comes round to `_stop`.
                 written = self._write_queued(most=len(self._queue))
+                if written:
+                    self.retention.run_due(self._conn)
             except Exception:
                 # The writer must outlive its own bugs: a dead writer loses everything after.
                 log.error("ledger_writer_error", exc_info=True)

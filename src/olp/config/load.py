@@ -19,6 +19,7 @@ import orjson
 
 from olp.config.detect import detect_providers
 from olp.config.model import (
+    MIN_LEDGER_RETENTION_DAYS,
     AuthConfig,
     CacheConfig,
     Config,
@@ -308,7 +309,17 @@ def _redis_url(r: Reader, env: Mapping[str, str]) -> str | None:
 
 def _ledger(r: Reader) -> LedgerConfig:
     d = LedgerConfig()
-    ledger = LedgerConfig(enabled=r.boolean("enabled", d.enabled))
+    ledger = LedgerConfig(
+        enabled=r.boolean("enabled", d.enabled),
+        retention_days=r.integer("retention_days", d.retention_days, lo=0),
+    )
+    if 0 < ledger.retention_days < MIN_LEDGER_RETENTION_DAYS:
+        r.fail(
+            r.sub("retention_days"),
+            f"must be 0 (keep every row) or at least {MIN_LEDGER_RETENTION_DAYS}, got "
+            f"{ledger.retention_days}: the keys' monthly limits are counted from this "
+            "month's rows when OLP starts",
+        )
     r.done()
     return ledger
 

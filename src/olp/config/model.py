@@ -130,6 +130,13 @@ class LedgerConfig:
     """
 
     enabled: bool = True
+    # Rows older than this many days are deleted (0: kept for ever). At least
+    # MIN_LEDGER_RETENTION_DAYS: the keys' monthly limits are counted from this month's rows.
+    retention_days: int = 0
+
+
+# A month so far is at most 31 days; the keys' limits are seeded from it at start.
+MIN_LEDGER_RETENTION_DAYS = 32
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,7 +113,7 @@ def create_app(
         auth=authenticator or default_authenticator(config, clock),
         limits=LimitKeeper(clock),
         quota=quota,
-        ledger=Ledger.open(config.home),
+        ledger=Ledger.open(config.home, config.ledger.retention_days),
         pricing=Pricing(registry, config),
         cache=ResponseCache(config.cache, config.home, clock),
         version=__version__,

@@ -52,13 +52,13 @@ log = event_logger("olp.server")
 
 # The fields of the sections built once at start that a reload does change: they are read
 # per request (server), or handed to what uses them (cache: `reconfigure`; ledger:
-# `record_usage`).
+# `record_usage` and the ledger's `retention`).
 # Every other field of these sections waits for a restart, a field added later too until
 # someone moves it here.
 LIVE_FIELDS: Mapping[str, frozenset[str]] = {
     "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
     "cache": RELOADABLE,
-    "ledger": frozenset({"enabled"}),
+    "ledger": frozenset({"enabled", "retention_days"}),
 }
 _SECTIONS: Mapping[str, type] = {
     "server": ServerConfig,
@@ -162,6 +162,7 @@ def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> No
     ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
     ctx.config = config  # the request handlers read `auth` and `server` from it
     record_usage(ctx, config.ledger.enabled)
+    ctx.ledger.retention.days = config.ledger.retention_days
     dropped = ctx.cache.reconfigure(config.cache)
     if dropped:
         log.info("cache_entries_dropped", entries=dropped, why="config reload: new cache limits")
