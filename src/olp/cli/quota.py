@@ -38,7 +38,7 @@ def quota(as_json: bool) -> None:
     \b
     States: ok, soft_limited (a soft trigger fires: OLP skips it), cooling_down (after a
     rate or quota limit, until the reset), unknown (no figures yet). The running server
-    saves this every second; here you see the latest save.
+    saves it within a second of each change; here you see the latest save.
 
     \b
     Examples:
@@ -64,7 +64,7 @@ def quota(as_json: bool) -> None:
         return
     click.echo(_table(rows))
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
-    click.echo(f"\nlast saved by the server: {when}")
+    click.echo(f"\nlast change saved by the server: {when}")
 
 
 def _table(rows: list[ProviderQuota]) -> str:
@@ -112,14 +112,13 @@ def reset(name: str) -> None:
         known = ", ".join(sorted(config.providers)) or "none configured"
         fail(f"unknown provider {name!r} (configured: {known})")
     store = _open_store(config)
-    state, saved = store.load()
+    state, _ = store.load()
     # Asked for even when the last save shows no cooldown: one may have begun since.
     store.request_reset(name)
     store.close()
     cooling = _saved_book(config, state).statuses([name])[0].cooldowns
     if not cooling:
-        when = time.strftime("%H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
-        click.echo(f"{name}: not cooling down (server's last save: {when}); nothing to end")
+        click.echo(f"{name}: not cooling down; nothing to end")
         return
     scopes = ", ".join(f"{name}/{c.model}" if c.model else name for c in cooling)
     click.echo(

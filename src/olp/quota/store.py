@@ -1,8 +1,9 @@
 """Quota state on disk (`$OLP_HOME/quota.db`), so cooldowns and counters survive a restart.
 
-The server saves every few seconds and at shutdown (off the event loop); `olp quota` reads
-the same file, and `olp providers reset NAME` leaves a reset request the server applies
-within a second or two (or at its next start).
+The server saves what changed, looking every second, and at shutdown (off the event loop):
+an idle server writes nothing. `olp quota` reads the same file, and `olp providers reset
+NAME` leaves a reset request the server applies within a second or two (or at its next
+start).
 """
 
 from __future__ import annotations
@@ -72,6 +73,9 @@ class QuotaStore:
 
     def take_resets(self) -> list[str]:
         """Pending reset requests, removed as they are returned."""
+        # Asked every second: a read, and a write transaction only when there is one.
+        if self._conn.execute("SELECT 1 FROM reset_requests LIMIT 1").fetchone() is None:
+            return []
         with _transaction(self._conn):
             rows = self._conn.execute("SELECT provider FROM reset_requests").fetchall()
             self._conn.execute("DELETE FROM reset_requests")
