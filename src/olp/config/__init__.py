@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from olp.config.load import SOFT_TRIGGER_KEYS, load_config, olp_home
 from olp.config.model import (
-    MIN_LEDGER_RETENTION_DAYS,
     AuthConfig,
     CacheConfig,
     Config,
@@ -23,7 +22,6 @@ from olp.config.model import (
 from olp.config.validate import ConfigProblems
 
 __all__ = [
-    "MIN_LEDGER_RETENTION_DAYS",
     "SOFT_TRIGGER_KEYS",
     "AuthConfig",
     "CacheConfig",
