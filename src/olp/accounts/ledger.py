@@ -85,7 +85,9 @@ class Ledger:
         self._stop = threading.Event()
         self._counts_lock = threading.Lock()
         self._failing = False
-        self._closed = threading.Event()  # set once the writer is gone
+        # True once the writer is gone. A plain flag, not an Event: `_put` reads it for
+        # every row, and Event.is_set is a Python call; nothing ever waits on it.
+        self._closed = False
         self._warned_at = -_WARN_EVERY_S
         self._spilled = 0
         self._lost = 0
@@ -111,9 +113,6 @@ class Ledger:
         self._put(record)
 
     def _put(self, record: _Record) -> None:
-        if self._closed.is_set():
-            self._write_late([record])
-            return
         queue = self._queue
         # No wake-up per record: the writer comes round every `interval_s` and takes all
         # that queued. Waking it (a lock and a notify) cost as much as the record itself,
@@ -124,7 +123,7 @@ class Ledger:
                 self._spill([record], why="backlog")
                 return
         queue.append(record)
-        if self._closed.is_set():  # close() did its last drain meanwhile: write it here
+        if self._closed:  # the writer is gone (or went meanwhile): write it here
             self._write_late(self._take_queued())
 
     def _make_room(self) -> bool:
@@ -189,7 +188,7 @@ class Ledger:
         if self._thread.is_alive():
             log.error("ledger_close_timeout", unwritten=self.queue_depth(), file=str(self.path))
             return
-        self._closed.set()
+        self._closed = True
         self._write_late(self._take_queued())  # recorded while the writer was finishing
 
     async def aclose(self) -> None:
