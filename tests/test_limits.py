@@ -37,13 +37,12 @@ def member(**limits: Any) -> Identity:
 
 
 def admit(keeper: LimitKeeper, who: Identity) -> None:
-    keeper.check(who)
-    keeper.on_request(who.key_id)
+    keeper.admit(who)
 
 
 def refused(keeper: LimitKeeper, who: Identity) -> KeyLimitExceeded:
     with pytest.raises(KeyLimitExceeded) as info:
-        keeper.check(who)
+        keeper.admit(who)
     assert info.value.code == "key_limit_exceeded"
     assert info.value.http_status == 429
     return info.value
@@ -171,7 +170,7 @@ def test_seed_carries_counts_across_a_restart() -> None:
     refused(keeper, member(rpm=2))
     refused(keeper, member(tpd=70))
     refused(keeper, member(usd_month=1.5))
-    keeper.check(member(rpd=6, rpm=3, tpd=71, usd_month=1.6))
+    keeper.admit(member(rpd=6, rpm=3, tpd=71, usd_month=1.6))
 
 
 def test_limit_over_http_is_429_with_retry_after(tmp_path: Path, upstream: FakeUpstream) -> None:
@@ -214,17 +213,17 @@ def test_requests_at_once_hold_a_slot_until_released() -> None:
     keeper = LimitKeeper(FakeClock())
     alice = member(concurrent=2)
     for _ in range(2):
-        admit(keeper, alice)
-        keeper.hold(alice.key_id)
+        assert keeper.admit(alice)  # a slot held: the caller must release it
     err = refused(keeper, alice)
     assert err.retry_after == 1.0  # nobody knows when one ends: ask again in a second
     assert "allows 2 requests at a time and 2 are in progress" in err.message
     assert keeper.usage(alice.key_id).in_progress == 2
-    keeper.check(member(concurrent=3))  # the owner raised the limit: room again
-    keeper.release(alice.key_id)
-    admit(keeper, alice)
-    keeper.release(alice.key_id)
+    assert keeper.admit(member(concurrent=3))  # the owner raised the limit: room again
+    for _ in range(3):
+        keeper.release(alice.key_id)
     assert keeper.usage(alice.key_id).in_progress == 0
+    assert keeper.admit(alice)  # every slot free again
+    keeper.release(alice.key_id)
     # A slot free does not hide another limit: three requests today, rpd 3.
     assert "3 requests for today" in refused(keeper, member(concurrent=2, rpd=3)).message
 

@@ -343,7 +343,7 @@ def test_limit_seeds_feed_the_limit_keeper(tmp_path: Path) -> None:
     assert keeper.usage("k_alice") == LimitUsage(2, 3, 2200, pytest.approx(0.53))
     limited = Identity("k_alice", "alice", "member", limits=KeyLimits(rpd=3))
     with pytest.raises(KeyLimitExceeded):
-        keeper.check(limited)  # a restart does not hand out a fresh day
+        keeper.admit(limited)  # a restart does not hand out a fresh day
 
 
 def test_limit_seeds_without_a_ledger(tmp_path: Path) -> None:

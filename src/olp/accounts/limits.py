@@ -4,7 +4,7 @@ requests in progress at once.
 Windows: requests per minute slide, in one-second buckets (a request counts for the 60
 seconds that follow its own second); the daily limits reset at 00:00 UTC; the monthly
 spend resets at 00:00 UTC on the first of the month. A request in progress holds one of
-its key's concurrent slots from `hold` to `release`. Counters live in memory only —
+its key's concurrent slots from `admit` to `release`. Counters live in memory only —
 `seed()` lets the ledger reload today's and this month's figures at start, so a restart
 does not hand everyone a fresh allowance.
 
@@ -139,15 +139,29 @@ class LimitKeeper:
         # Requests holding a concurrent slot, by key; a key with none held is not listed.
         self._in_progress: dict[str, int] = {}
 
-    def check(self, identity: Identity) -> None:
-        """Raise KeyLimitExceeded (429) if any limit is reached, naming the one that frees
-        last, with `retry_after` = seconds until every reached limit has room again."""
-        limits = identity.limits
-        if not limits.any():
-            return
+    def admit(self, identity: Identity) -> bool:
+        """Let a request in and count it, or raise KeyLimitExceeded (429) if any limit is
+        reached, naming the one that frees last, with `retry_after` = seconds until every
+        reached limit has room again. With a `concurrent` limit the request holds a slot:
+        True, and the caller must `release` it when the request ends, however it ends."""
         now = self._clock()
-        counters = self._counters(identity.key_id, now)
-        in_progress = self._in_progress.get(identity.key_id, 0)
+        key_id = identity.key_id
+        counters = self._counters(key_id, now)
+        limits = identity.limits
+        if limits.any():
+            self._refuse_if_reached(counters, limits, key_id, now)
+        counters.add_request(now)
+        counters.requests += 1
+        if limits.concurrent is None:
+            return False
+        self._in_progress[key_id] = self._in_progress.get(key_id, 0) + 1
+        return True
+
+    def _refuse_if_reached(
+        self, counters: _Counters, limits: KeyLimits, key_id: str, now: float
+    ) -> None:
+        # (The usual answer, room everywhere, first and cheaply; then what is reached.)
+        in_progress = self._in_progress.get(key_id, 0)
         if _has_room(counters, limits, now) and (
             limits.concurrent is None or in_progress < limits.concurrent
         ):
@@ -167,19 +181,8 @@ class LimitKeeper:
             retry_after, message = max(reached)
             raise KeyLimitExceeded(message, retry_after=retry_after)
 
-    def on_request(self, key_id: str) -> None:
-        """Count a request once it is admitted (after `check`)."""
-        now = self._clock()
-        counters = self._counters(key_id, now)
-        counters.add_request(now)
-        counters.requests += 1
-
-    def hold(self, key_id: str) -> None:
-        """A request of `key_id` is in progress (admitted after `check`); `release` it when
-        it ends, however it ends."""
-        self._in_progress[key_id] = self._in_progress.get(key_id, 0) + 1
-
     def release(self, key_id: str) -> None:
+        """The end of a request that `admit` gave a concurrent slot."""
         left = self._in_progress.get(key_id, 0) - 1
         if left > 0:
             self._in_progress[key_id] = left

@@ -183,7 +183,7 @@ def cache_outcomes(conn: sqlite3.Connection, since: float) -> list[CacheOutcomes
     return [CacheOutcomes(str(key), str(name or ""), *map(_num, rest)) for key, name, *rest in rows]
 
 
-# Refused before `LimitKeeper.on_request` counted them: not part of a key's allowance.
+# Refused before `LimitKeeper.admit` counted them: not part of a key's allowance.
 _NOT_ADMITTED = (
     "auth_required", "invalid_api_key", "invalid_request_error", "request_too_large",
     "unsupported_media_type", "request_timeout", "model_not_found", "model_not_allowed",

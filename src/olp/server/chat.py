@@ -136,11 +136,7 @@ def _admit(ex: _Exchange, identity: Identity) -> None:
     """Let the request in under its key's limits (429 key_limit_exceeded, with Retry-After,
     if one is reached) and count it; with a `concurrent` limit it holds a slot until the
     handler's end releases it."""
-    limits = ex.ctx.limits
-    limits.check(identity)
-    limits.on_request(identity.key_id)
-    if identity.limits.concurrent is not None:
-        limits.hold(identity.key_id)
+    if ex.ctx.limits.admit(identity):
         ex.holding = identity.key_id
 
 
