@@ -25,7 +25,7 @@ from olp.cache.singleflight import CancelGuard, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import CachedAnswer, Store
 from olp.config import CacheConfig
-from olp.ir import ChatResponse, Event, Finish, is_content
+from olp.ir import ChatResponse, Event, Finish, TextDelta, is_content
 
 __all__ = [
     "CACHE_FILE",
@@ -96,7 +96,10 @@ def is_complete(events: Sequence[Event]) -> bool:
             break
     else:
         return False
-    return any(is_content(event) for event in events)
+    for event in events:  # noqa: SIM110 (a loop: no generator on every miss)
+        if type(event) is TextDelta or is_content(event):
+            return True
+    return False
 
 
 @dataclass(slots=True)
@@ -151,7 +154,8 @@ class ResponseCache:
         """
         if not self.config.enabled:
             return None
-        counters = self._count(namespace)
+        # (`_count` and `_follow` are written out: this runs on every miss.)
+        counters = self._counters.get(namespace) or self._count(namespace)
         store = self.store
         answer = store.lookup(namespace, key)
         if answer is None and store.on_disk(namespace, key):
@@ -159,7 +163,11 @@ class ResponseCache:
         if answer is not None:
             return self._replay(namespace, key, answer, counters)
         # (After the disk read, if any: a flight may have started meanwhile.)
-        return self._follow(namespace, key, counters)
+        view = self._flights.join(namespace, key)
+        if view is None:
+            return None
+        counters.shared += 1
+        return CacheHop("miss", "follower", view)
 
     def holds(self, namespace: str, key: str, answer: CachedAnswer) -> bool:
         """Whether `find` would replay this very answer now (it is live, in memory).
@@ -199,7 +207,7 @@ class ResponseCache:
         `guard` is the caller's disconnect watch: with it, a lone leader reads the upstream
         in its own task (see `SingleFlight.lead`).
         """
-        counters = self._count(namespace)
+        counters = self._counters.get(namespace) or self._count(namespace)
         if not self.config.enabled or not store:
             counters.bypasses += 1
             return CacheHop("bypass", "direct", start())
@@ -210,13 +218,6 @@ class ResponseCache:
             return CacheHop("miss", "leader", view)
         counters.bypasses += 1
         return CacheHop("bypass", "leader", view)
-
-    def _follow(self, namespace: str, key: str, counters: _Counters) -> CacheHop | None:
-        view = self._flights.join(namespace, key)
-        if view is None:
-            return None
-        counters.shared += 1
-        return CacheHop("miss", "follower", view)
 
     def _replay(
         self, namespace: str, key: str, answer: CachedAnswer, counters: _Counters

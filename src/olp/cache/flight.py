@@ -107,10 +107,18 @@ class LeaderView(FlightView):
             await flight.end_pull(exc)
             return await FlightView.__anext__(self)  # as every view ends
         flight.pulling = False
+        self._pos += 1
         if flight.handover:
             flight.start_pump()
+        elif type(event) is TextDelta and not flight.overflowed:
+            # `append`, written out for its commonest case: alone, with text, in budget.
+            flight.events.append(event)
+            flight.nbytes += len(event.text) + 8
+            if flight.nbytes <= flight.max_bytes:
+                return event
+            flight.overflow()
+            return event
         flight.append(event)
-        self._pos += 1
         return event
 
 
@@ -122,8 +130,6 @@ class Flight:
         "_error_tb",
         "_guard",
         "_leader",
-        "_max_bytes",
-        "_nbytes",
         "_on_success",
         "_pump",
         "_start",
@@ -135,7 +141,9 @@ class Flight:
         "handover",
         "inline",
         "key",
+        "max_bytes",
         "namespace",
+        "nbytes",
         "overflowed",
         "owner",
         "pull",
@@ -165,8 +173,8 @@ class Flight:
         self.done = False
         # Past the size limit: nobody may join, and what every listener read is dropped.
         self.overflowed = False
-        self._nbytes = 0  # estimated encoded size (`codec.estimate_size`)
-        self._max_bytes = max_bytes
+        self.nbytes = 0  # estimated encoded size (`codec.estimate_size`)
+        self.max_bytes = max_bytes
         self._on_success = on_success
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
@@ -329,20 +337,20 @@ class Flight:
         if not self.overflowed:
             # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
             size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
-            self._nbytes += size
-            if self._nbytes > self._max_bytes:
-                self._overflow()
+            self.nbytes += size
+            if self.nbytes > self.max_bytes:
+                self.overflow()
         if self._waiters:
             self._wake()
 
-    def _overflow(self) -> None:
+    def overflow(self) -> None:
         self.overflowed = True
         self.owner.unshare(self)
         log.info(
             "singleflight_overflow",
             namespace=self.namespace,
             key=self.key,
-            max_bytes=self._max_bytes,
+            max_bytes=self.max_bytes,
         )
 
     async def wait(self) -> None:

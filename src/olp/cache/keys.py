@@ -120,8 +120,8 @@ def request_fingerprint(request: ChatRequest) -> bytes:
     return hashlib.sha256(canonical_request(request)).digest()
 
 
-# Pure, and asked on every hit: a repeated request's key is one dict lookup away.
-@functools.lru_cache(maxsize=4096)
+# Not memoised: asked once per hop (`CacheScope.resolve`), and a repeated request that
+# hits skips it (`olp.server.parse_memo`), so a memo would only cost every miss.
 def hop_key(provider: str, model: str, fingerprint: bytes) -> str:
     return hashlib.sha256(_hop_header(provider, model) + fingerprint).hexdigest()
 

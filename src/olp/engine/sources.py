@@ -7,7 +7,7 @@ costs it nothing) and `start` after them.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from olp.cache import CacheHop, CancelGuard, ResponseCache, hop_key
 from olp.engine.routing import Hop
@@ -31,17 +31,23 @@ class CacheScope:
     prompt_cache_markers: bool = False
     # The request's disconnect watch: lets a lone leader pull its upstream in its own task.
     guard: CancelGuard | None = None
+    # The hop last resolved, and whether its answer is stored and under which key:
+    # `find_cached` and `start` both ask, once per hop (work done on every cache miss).
+    hop: Hop | None = field(default=None, init=False)
+    stores: bool = field(default=False, init=False)
+    key: str = field(default="", init=False)
 
-    def stores(self, hop: Hop) -> bool:
+    def resolve(self, hop: Hop) -> bool:
+        """Whether `hop`'s answer is stored; sets `stores` and `key` for it."""
+        if hop is self.hop:
+            return self.stores
         caps = hop.provider.capabilities
+        stores = self.store and caps.cacheable
         if self.prompt_cache_markers and caps.prompt_cache_markers:
-            return False
-        return self.store and caps.cacheable
-
-    def key(self, hop: Hop) -> str:
-        # Asked in `find_cached` and again in `start`: the second time, hop_key's own
-        # cache answers.
-        return hop_key(hop.name, hop.model, self.fingerprint)
+            stores = False
+        self.hop, self.stores = hop, stores
+        self.key = hop_key(hop.name, hop.model, self.fingerprint)
+        return stores
 
 
 # What a hop's events come from, and who pays for them: the cache's own answer type.
@@ -49,9 +55,9 @@ HopSource = CacheHop
 
 
 async def find_cached(hop: Hop, scope: CacheScope | None) -> HopSource | None:
-    if scope is None or not scope.lookup or not scope.stores(hop):
+    if scope is None or not scope.lookup or not scope.resolve(hop):
         return None
-    return await scope.cache.find(scope.namespace, scope.key(hop))
+    return await scope.cache.find(scope.namespace, scope.key)
 
 
 def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | None) -> HopSource:
@@ -61,11 +67,7 @@ def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | N
 
     if scope is None:
         return CacheHop("bypass", "direct", call())
+    stores = scope.resolve(hop)
     return scope.cache.lead(
-        scope.namespace,
-        scope.key(hop),
-        call,
-        lookup=scope.lookup,
-        store=scope.stores(hop),
-        guard=scope.guard,
+        scope.namespace, scope.key, call, lookup=scope.lookup, store=stores, guard=scope.guard
     )
