@@ -15,7 +15,7 @@ from cache_fakes import ANSWER, Upstream, drain, run, settle
 
 from olp.cache.singleflight import FlightView, SingleFlight
 from olp.errors import Failure, ProviderError
-from olp.ir import Event
+from olp.ir import Event, TextDelta
 from olp.server.asgi import DisconnectWatch, Request
 from olp.server.protocol import DISCONNECT_HOOKS
 
@@ -63,6 +63,29 @@ def test_a_lone_leader_pulls_in_its_own_task() -> None:
         assert stored == [ANSWER]
         assert up.starts == up.closed == 1
         assert sf.in_flight() == 0
+
+    run(main)
+
+
+def test_a_lone_leader_over_the_buffer_limit_streams_on_holding_nothing() -> None:
+    async def main() -> None:
+        sf = SingleFlight(max_buffer_bytes=100)
+        events = [TextDelta(f"chunk {i:04d} ") for i in range(1000)]
+        up = Upstream(events)
+        stored: list[tuple[Event, ...]] = []
+        _, view = lead(sf, up, on_success=lambda e: stored.append(e))
+        got = [await view.__anext__() for _ in range(500)]
+        flight = view._flight
+        assert flight.inline and flight.overflowed
+        assert flight.events == []  # read by its only listener, and nobody may join
+        # Past the limit the flight is no longer joinable: a new request leads its own.
+        is_leader, other = sf.open("ns", "k", Upstream().start)
+        assert is_leader
+        assert await drain(other) == list(ANSWER)
+        got += await drain(view)
+        assert got == events
+        assert stored == []
+        assert up.starts == up.closed == 1
 
     run(main)
 

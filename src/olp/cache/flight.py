@@ -110,13 +110,17 @@ class LeaderView(FlightView):
         self._pos += 1
         if flight.handover:
             flight.start_pump()
-        elif type(event) is TextDelta and not flight.overflowed:
-            # `append`, written out for its commonest case: alone, with text, in budget.
+        elif flight.overflowed:
+            # Alone, and nobody may join any more: there is nobody to keep the answer for.
+            flight.events.clear()
+            flight.base = self._pos
+            return event
+        elif type(event) is TextDelta:
+            # `append`, written out for its commonest case: alone, with text.
             flight.events.append(event)
             flight.nbytes += len(event.text) + 8
-            if flight.nbytes <= flight.max_bytes:
-                return event
-            flight.overflow()
+            if flight.nbytes > flight.max_bytes:
+                flight.overflow()
             return event
         flight.append(event)
         return event
