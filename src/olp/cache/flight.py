@@ -115,13 +115,6 @@ class LeaderView(FlightView):
             flight.events.clear()
             flight.base = self._pos
             return event
-        elif type(event) is TextDelta:
-            # `append`, written out for its commonest case: alone, with text.
-            flight.events.append(event)
-            flight.nbytes += len(event.text) + 8
-            if flight.nbytes > flight.max_bytes:
-                flight.overflow()
-            return event
         flight.append(event)
         return event
 
@@ -134,6 +127,8 @@ class Flight:
         "_error_tb",
         "_guard",
         "_leader",
+        "_max_bytes",
+        "_nbytes",
         "_on_success",
         "_pump",
         "_start",
@@ -145,9 +140,7 @@ class Flight:
         "handover",
         "inline",
         "key",
-        "max_bytes",
         "namespace",
-        "nbytes",
         "overflowed",
         "owner",
         "pull",
@@ -177,8 +170,8 @@ class Flight:
         self.done = False
         # Past the size limit: nobody may join, and what every listener read is dropped.
         self.overflowed = False
-        self.nbytes = 0  # estimated encoded size (`codec.estimate_size`)
-        self.max_bytes = max_bytes
+        self._nbytes = 0  # estimated encoded size (`codec.estimate_size`)
+        self._max_bytes = max_bytes
         self._on_success = on_success
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
@@ -341,20 +334,20 @@ class Flight:
         if not self.overflowed:
             # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
             size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
-            self.nbytes += size
-            if self.nbytes > self.max_bytes:
-                self.overflow()
+            self._nbytes += size
+            if self._nbytes > self._max_bytes:
+                self._overflow()
         if self._waiters:
             self._wake()
 
-    def overflow(self) -> None:
+    def _overflow(self) -> None:
         self.overflowed = True
         self.owner.unshare(self)
         log.info(
             "singleflight_overflow",
             namespace=self.namespace,
             key=self.key,
-            max_bytes=self.max_bytes,
+            max_bytes=self._max_bytes,
         )
 
     async def wait(self) -> None:
