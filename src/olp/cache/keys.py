@@ -6,11 +6,12 @@ when the IR gains a field nobody classified. Two requests with the same key must
 the same answer: when in doubt a field is included, because a spurious miss costs one
 upstream call while a spurious hit returns a wrong answer.
 
-The encoding is one JSON document (orjson, sorted keys, explicit field names; the nested
-IR classes as orjson writes dataclasses, every field by name), which is unambiguous — no
-two different requests encode to the same bytes — and independent of hash seeds, dict
-insertion order and locale. Sampling floats are normalised (`1` and `1.0`, `0.0` and
-`-0.0` are the same temperature) and written with `repr`, which is exact.
+The encoding is one JSON document (orjson, sorted keys, the request's fields by name; each
+nested IR object as its class's tag and its INCLUDED fields in a fixed order, `_FIELDS`),
+which is unambiguous — no two different requests encode to the same bytes — and
+independent of hash seeds, dict insertion order and locale. Sampling floats are normalised
+(`1` and `1.0`, `0.0` and `-0.0` are the same temperature) and written with `repr`, which
+is exact.
 
 Per hop the key is `sha256(header || fingerprint)`, where the header names the schema
 version, provider and hop model, and the fingerprint hashes the request's canonical bytes.
@@ -22,7 +23,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -52,7 +54,20 @@ __all__ = [
 
 # Bump whenever the encoding below changes meaning: old entries then simply stop matching
 # (and age out by TTL and LRU) instead of answering requests they were not made for.
-KEY_SCHEMA = 2
+KEY_SCHEMA = 3
+
+# The nested IR classes as the key writes them: these fields, in this order (a reordering
+# changes every key: bump KEY_SCHEMA).
+_FIELDS: Mapping[type, tuple[str, ...]] = {
+    Message: ("role", "content", "name", "tool_calls", "tool_call_id"),
+    TextPart: ("text",),
+    ImagePart: ("url", "detail"),
+    ToolCall: ("id", "name", "arguments"),
+    # The description and schema steer the model as much as the prompt does.
+    Tool: ("name", "description", "parameters", "strict"),
+    NamedToolChoice: ("name",),
+    ResponseFormat: ("type", "json_schema"),
+}
 
 INCLUDED: Mapping[type, frozenset[str]] = {
     ChatRequest: frozenset(
@@ -71,14 +86,7 @@ INCLUDED: Mapping[type, frozenset[str]] = {
             "extra",
         }
     ),
-    Message: frozenset({"role", "content", "name", "tool_calls", "tool_call_id"}),
-    TextPart: frozenset({"text"}),
-    ImagePart: frozenset({"url", "detail"}),
-    ToolCall: frozenset({"id", "name", "arguments"}),
-    # The description and schema steer the model as much as the prompt does.
-    Tool: frozenset({"name", "description", "parameters", "strict"}),
-    NamedToolChoice: frozenset({"name"}),
-    ResponseFormat: frozenset({"type", "json_schema"}),
+    **{cls: frozenset(names) for cls, names in _FIELDS.items()},
 }
 
 EXCLUDED: Mapping[type, frozenset[str]] = {
@@ -134,9 +142,6 @@ def _hop_header(provider: str, model: str) -> bytes:
 def canonical_request(request: ChatRequest) -> bytes:
     """The canonical bytes of every INCLUDED field of `request` (hop-independent)."""
     doc = {
-        # The nested classes go in whole: orjson writes a dataclass as an object of all its
-        # fields by name, in definition order, in C (a test holds their EXCLUDED sets empty).
-        # Content parts are told apart by their field names ({"text"} vs {"url","detail"}).
         "messages": request.messages,
         "tools": request.tools,
         "tool_choice": request.tool_choice,
@@ -149,7 +154,29 @@ def canonical_request(request: ChatRequest) -> bytes:
         "seed": request.seed,
         "extra": _extra(request.extra) if request.extra else {},
     }
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS, default=json_default)
+    return orjson.dumps(doc, option=_OPTIONS, default=_nested)
+
+
+# orjson hands every dataclass to `_nested`: its own dataclass path reads each field through
+# the class's field table, about 7,000 instructions per message (valgrind), several times
+# what the writers below cost; a conversation of 50 messages paid it 50 times per request.
+_OPTIONS = orjson.OPT_SORT_KEYS | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _writer(cls: type, names: tuple[str, ...]) -> Callable[[Any], tuple[Any, ...]]:
+    tag, read = cls.__name__, attrgetter(*names)  # (one name: `read` gives the value)
+    return lambda value: (tag, read(value))
+
+
+_WRITERS: Mapping[type, Callable[[Any], tuple[Any, ...]]] = {
+    cls: _writer(cls, names) for cls, names in _FIELDS.items()
+}
+
+
+def _nested(value: object) -> Any:
+    """A nested IR object as (its class's tag, its fields); a Mapping as a dict."""
+    write = _WRITERS.get(type(value))
+    return json_default(value) if write is None else write(value)
 
 
 def _number(value: float | None) -> str | None:
