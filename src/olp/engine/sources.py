@@ -46,7 +46,8 @@ class CacheScope:
         if self.prompt_cache_markers and caps.prompt_cache_markers:
             stores = False
         self.hop, self.stores = hop, stores
-        self.key = hop_key(hop.name, hop.model, self.fingerprint)
+        # (A hop whose answer is not stored never uses its key: no hash for it.)
+        self.key = hop_key(hop.name, hop.model, self.fingerprint) if stores else ""
         return stores
 
 
