@@ -12,6 +12,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
+import orjson
 import pytest
 
 import olp.ir.events
@@ -259,6 +260,18 @@ def test_the_sensitivity_tables_cover_every_included_field() -> None:
 @pytest.mark.parametrize("name", sorted(REQUEST_CHANGES))
 def test_each_included_request_field_changes_the_key(name: str) -> None:
     assert key(replace(BASE, **{name: REQUEST_CHANGES[name]})) != key(BASE)
+
+
+@pytest.mark.parametrize("name", sorted(REQUEST_CHANGES))
+def test_each_included_request_field_is_written_at_its_own_place(name: str) -> None:
+    """The canonical array holds every INCLUDED field once: changing one changes its place
+    (`keys._POSITIONS`) and no other."""
+    assert set(keys._POSITIONS) == INCLUDED[ChatRequest]
+    base = orjson.loads(canonical_request(BASE))
+    changed = orjson.loads(canonical_request(replace(BASE, **{name: REQUEST_CHANGES[name]})))
+    assert len(base) == len(changed) == len(keys._POSITIONS)
+    places = zip(keys._POSITIONS, base, changed, strict=True)
+    assert [field for field, a, b in places if a != b] == [name]
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import sqlite3
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -230,17 +231,16 @@ class DiskWriter:
         self._conn = conn
         # deque.append and popleft are atomic: the event loop and the writer share it bare.
         self._ops: deque[Op] = deque()
+        # A put (a Row) or a delete (an entry id) is only an append to the deque, done by
+        # the deque's own method: one of each on nearly every miss (the new entry, the
+        # evicted one).
+        self.put: Callable[[Row], None] = self._ops.append
+        self.delete: Callable[[int], None] = self._ops.append
         self._window_s = window_s
         self._urgent = threading.Event()  # set by flush() and close()
         self._thread = threading.Thread(target=self._run, name="olp-cache-writer", daemon=True)
         self._closed = False
         self._thread.start()
-
-    def put(self, row: Row) -> None:
-        self._ops.append(row)
-
-    def delete(self, entry_id: int) -> None:
-        self._ops.append(entry_id)
 
     def clear(self, namespace: str | None) -> None:
         self._ops.append(_Clear(namespace))

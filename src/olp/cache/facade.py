@@ -212,7 +212,7 @@ class ResponseCache:
             counters.bypasses += 1
             return CacheHop("bypass", "direct", start())
         write = partial(self._write, namespace, key)
-        view = self._flights.lead(namespace, key, start, on_success=write, guard=guard)
+        view = self._flights.lead(namespace, key, start, write, guard)  # (positional: per miss)
         if lookup:
             counters.misses += 1
             return CacheHop("miss", "leader", view)

@@ -91,7 +91,7 @@ class LeaderView(FlightView):
 
     async def __anext__(self) -> Event:
         flight = self._flight
-        if not flight.inline:  # a pump reads the upstream, or the answer is complete
+        if flight.guard is None:  # not inline: a pump reads the upstream, or it is over
             return await FlightView.__anext__(self)
         flight.pulling = True
         try:
@@ -110,12 +110,18 @@ class LeaderView(FlightView):
         self._pos += 1
         if flight.handover:
             flight.start_pump()
+            flight.append(event)  # (a follower may be waiting for it)
         elif flight.overflowed:
             # Alone, and nobody may join any more: there is nobody to keep the answer for.
             flight.events.clear()
             flight.base = self._pos
-            return event
-        flight.append(event)
+        else:
+            # Alone: nobody waits to be woken. (`append`, written out: this runs per event.)
+            flight.events.append(event)
+            size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
+            flight.nbytes += size
+            if flight.nbytes > flight.max_bytes:
+                flight.overflow()
         return event
 
 
@@ -125,22 +131,19 @@ class Flight:
     __slots__ = (
         "_error",
         "_error_tb",
-        "_guard",
-        "_leader",
-        "_max_bytes",
-        "_nbytes",
         "_on_success",
         "_pump",
         "_start",
         "_upstream",
         "_waiters",
+        "at",
         "base",
         "done",
         "events",
+        "guard",
         "handover",
-        "inline",
-        "key",
-        "namespace",
+        "max_bytes",
+        "nbytes",
         "overflowed",
         "owner",
         "pull",
@@ -148,20 +151,19 @@ class Flight:
         "views",
     )
 
+    # (Positional only, and no more fields than it needs: one is built on every miss.)
     def __init__(
         self,
         owner: SingleFlight,
-        namespace: str,
-        key: str,
+        at: tuple[str, str],
         start: Start,
-        *,
         max_bytes: int,
         on_success: OnSuccess | None,
         guard: CancelGuard | None,
+        /,
     ) -> None:
         self.owner = owner
-        self.namespace = namespace
-        self.key = key
+        self.at = at  # (namespace, key)
         self.events: list[Event] = []
         self.base = 0  # position of events[0] in the answer, once a prefix was dropped
         # One future per waiting view (never shared: cancelling one waiter must not wake or
@@ -170,34 +172,45 @@ class Flight:
         self.done = False
         # Past the size limit: nobody may join, and what every listener read is dropped.
         self.overflowed = False
-        self._nbytes = 0  # estimated encoded size (`codec.estimate_size`)
-        self._max_bytes = max_bytes
+        self.nbytes = 0  # estimated encoded size (`codec.estimate_size`)
+        self.max_bytes = max_bytes
         self._on_success = on_success
         self._error: BaseException | None = None
         self._error_tb: TracebackType | None = None
         self.views: set[weakref.ref[FlightView]] = set()  # the views not closed yet
         self._start = start
-        self._upstream: AsyncIterator[Event] | None = None
         self._pump: asyncio.Task[None] | None = None
-        # Inline: the leader pulls in its own task, until a follower joins or the answer
-        # is complete; never without a guard.
-        self._guard = guard
-        self.inline = guard is not None
+        # Held while the leader pulls inline, in its own task (until a follower joins or
+        # the answer is complete): its disconnect watch, whose task is the leader's.
+        self.guard = guard
         self.pulling = False
         self.handover = False  # a follower joined during an inline pull
-        # The leader's task: it alone pulls inline.
-        self._leader = guard.task if guard is not None else None
-        if guard is not None:
+        if guard is None:
+            self._upstream: AsyncIterator[Event] | None = None
+        else:
             # (As with the cache off, `start` runs now: it only builds the provider's
             # stream, and if it raises, nothing is held yet.)
             upstream = self._upstream = start()
             self.pull = upstream.__anext__  # the leader's read, one call per event
             guard.hold(self._may_cancel)
 
-    def view(self, *, leader: bool = False) -> FlightView:
-        view = LeaderView(self, self.base) if leader else FlightView(self, self.base)
-        if self.inline and self.views:
-            # A follower: the upstream must outlive the leader now.
+    @property
+    def namespace(self) -> str:
+        return self.at[0]
+
+    @property
+    def key(self) -> str:
+        return self.at[1]
+
+    @property
+    def inline(self) -> bool:
+        """The leader pulls the upstream in its own task (no pump): the guard is held."""
+        return self.guard is not None
+
+    def view(self) -> FlightView:
+        """A follower's view (the leader's is made with the flight: `SingleFlight.lead`)."""
+        view = FlightView(self, self.base)
+        if self.guard is not None:  # inline: the upstream must outlive the leader now
             if self.pulling:
                 self.handover = True  # once the pull in progress is over
             else:
@@ -255,8 +268,8 @@ class Flight:
         if task is not None and not task.done():
             task.cancel()
             await asyncio.wait({task})
-        elif self.pulling and self._leader is not None:
-            self._leader.cancel()  # the pull ends the flight
+        elif self.pulling and self.guard is not None and self.guard.task is not None:
+            self.guard.task.cancel()  # the leader's pull ends the flight
             return
         if not self.done:  # no pump ran the upstream to its end: inline, or never started
             upstream = self._upstream
@@ -287,7 +300,7 @@ class Flight:
     def _release_guard(self) -> None:
         # Once a pump reads the upstream, or the flight is over, a disconnect of the
         # leader's client is its own business again (a cancel deferred meanwhile lands now).
-        guard, self._guard = self._guard, None
+        guard, self.guard = self.guard, None
         if guard is not None:
             guard.release()
 
@@ -307,7 +320,6 @@ class Flight:
 
     def start_pump(self) -> None:
         """From now on a task of its own pulls the upstream."""
-        self.inline = False
         self._pump = asyncio.get_running_loop().create_task(
             self._run_pump(), name=f"olp-singleflight-{self.key[:12]}"
         )
@@ -333,21 +345,20 @@ class Flight:
         self.events.append(event)
         if not self.overflowed:
             # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
-            size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
-            self._nbytes += size
-            if self._nbytes > self._max_bytes:
-                self._overflow()
+            self.nbytes += len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
+            if self.nbytes > self.max_bytes:
+                self.overflow()
         if self._waiters:
             self._wake()
 
-    def _overflow(self) -> None:
+    def overflow(self) -> None:
         self.overflowed = True
         self.owner.unshare(self)
         log.info(
             "singleflight_overflow",
             namespace=self.namespace,
             key=self.key,
-            max_bytes=self._max_bytes,
+            max_bytes=self.max_bytes,
         )
 
     async def wait(self) -> None:
@@ -383,7 +394,6 @@ class Flight:
                 log.error("singleflight_store_failed", error=repr(exc), exc_info=True)
         self.owner.finished(self)
         self.done = True
-        self.inline = False
         if self._waiters:
             self._wake()
         self._release_guard()

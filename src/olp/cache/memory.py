@@ -77,6 +77,9 @@ class MemoryStore:
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
+        space = self._spaces.get(namespace)
+        if space is None or key not in space:  # a miss, told without a call: every miss asks
+            return None
         entry = self.entry(namespace, key)
         return None if entry is None else entry.answer
 
@@ -125,10 +128,19 @@ class MemoryStore:
             return None
         now = self._clock()
         expires = now + cfg.ttl_s
-        answer = CachedAnswer(None, nbytes, now, expires, body=body)  # (decoded when asked)
         entry = Entry(namespace, key, entry_id, nbytes, now, expires, None)
         self.index(entry)
-        self.load(entry, answer)
+        # (`load`, written out for an answer not decoded yet: this runs on every miss.)
+        weight = nbytes + EVENT_OVERHEAD
+        if weight > self._max_total:
+            self._unload(entry)
+            return entry
+        entry.answer = CachedAnswer(None, nbytes, now, expires, body)  # (decoded when asked)
+        entry.weight = weight
+        self._loaded[entry] = None
+        self._total += weight
+        while self._total > self._max_total:
+            self._unload(next(iter(self._loaded)))
         return entry
 
     def index(self, entry: Entry) -> None:

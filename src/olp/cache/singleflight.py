@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from olp.cache.flight import Flight, FlightView, OnSuccess, Start
+from olp.cache.flight import Flight, FlightView, LeaderView, OnSuccess, Start
 from olp.cache.guard import CancelGuard
 
 __all__ = ["CancelGuard", "Flight", "FlightView", "OnSuccess", "SingleFlight", "Start"]
@@ -67,10 +67,10 @@ class SingleFlight:
         namespace: str,
         key: str,
         start: Start,
-        *,
         on_success: OnSuccess | None = None,
-        share: bool = True,
         guard: CancelGuard | None = None,
+        *,
+        share: bool = True,
     ) -> FlightView:
         """Start a new flight and return the leader's view.
 
@@ -79,18 +79,14 @@ class SingleFlight:
         leader's `guard`, the leader pulls the upstream itself until a follower joins;
         without, a pump does from the start.
         """
-        flight = Flight(
-            self,
-            namespace,
-            key,
-            start,
-            max_bytes=self.max_buffer_bytes,
-            on_success=on_success,
-            guard=guard,
-        )
-        view = flight.view(leader=guard is not None)
-        if share and (namespace, key) not in self._table:
-            self._table[(namespace, key)] = flight
+        at = (namespace, key)
+        flight = Flight(self, at, start, self.max_buffer_bytes, on_success, guard)
+        # With a guard the leader pulls inline (`LeaderView`); without, a pump does.
+        view = FlightView(flight, 0) if guard is None else LeaderView(flight, 0)
+        flight.views.add(view.ref)
+        table = self._table
+        if share and at not in table:
+            table[at] = flight
         self._running[flight] = None
         if guard is None:
             flight.start_pump()
@@ -113,14 +109,12 @@ class SingleFlight:
 
     def unshare(self, flight: Flight) -> None:
         """Later requests must not join `flight` (it overflowed, or nobody listens)."""
-        if self._table.get((flight.namespace, flight.key)) is flight:
-            del self._table[(flight.namespace, flight.key)]
+        if self._table.get(flight.at) is flight:
+            del self._table[flight.at]
 
     def finished(self, flight: Flight) -> None:
         """Forget `flight` entirely; idempotent."""
-        at = (flight.namespace, flight.key)
-        if self._table.get(at) is flight:
-            del self._table[at]
+        self.unshare(flight)
         self._running.pop(flight, None)
 
     def in_flight(self, namespace: str | None = None) -> int:

@@ -98,6 +98,9 @@ class SqliteStore(MemoryStore):
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
+        space = self._spaces.get(namespace)
+        if space is None or key not in space:  # a miss, told without a call: every miss asks
+            return None
         entry = self.entry(namespace, key)
         if entry is None or entry.answer is None:
             return None
@@ -105,7 +108,8 @@ class SqliteStore(MemoryStore):
         return entry.answer
 
     def on_disk(self, namespace: str, key: str) -> bool:
-        entry = self.indexed(namespace, key)
+        space = self._spaces.get(namespace)  # (`indexed`, written out: every miss asks)
+        entry = None if space is None else space.get(key)
         return entry is not None and entry.answer is None and self._reader is not None
 
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:
@@ -182,7 +186,10 @@ class SqliteStore(MemoryStore):
         return dropped
 
     def _dropped(self, entry: Entry) -> None:
-        self._free(entry)
+        if entry.answer is not None:  # (`_free`, written out: an eviction on every miss)
+            entry.answer = None
+            del self._loaded[entry]
+            self._total -= entry.weight
         self._touched.pop(entry.id, None)
         if self._writer is not None:
             self._writer.delete(entry.id)

@@ -55,7 +55,6 @@ class CachedAnswer:
         nbytes: int,
         created_at: float,
         expires_at: float,
-        *,
         body: bytes | None = None,
     ) -> None:
         if events is None and body is None:

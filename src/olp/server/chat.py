@@ -192,18 +192,21 @@ def _cache_scope(
     if fingerprint is None:  # the cache is off
         return None
     cache_control = req.header(b"cache-control")
-    lookup, store = cache_policy(cache_control.decode("latin-1") if cache_control else None)
-    if not store:
-        return None
+    lookup = store = True
+    if cache_control:
+        lookup, store = cache_policy(cache_control.decode("latin-1"))
+        if not store:
+            return None
+    # (Positional: one is built on every request that may use the cache.)
     return CacheScope(
-        cache=ctx.cache,
-        namespace=identity.key_id,
-        fingerprint=fingerprint,
-        lookup=lookup,
-        store=store,
+        ctx.cache,
+        identity.key_id,
+        fingerprint,
+        lookup,
+        store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
-        prompt_cache_markers=b'"cache_control"' in body,
-        guard=watch,
+        b'"cache_control"' in body,
+        watch,
     )
 
 
