@@ -195,14 +195,6 @@ class Flight:
             guard.hold(self._may_cancel)
 
     @property
-    def namespace(self) -> str:
-        return self.at[0]
-
-    @property
-    def key(self) -> str:
-        return self.at[1]
-
-    @property
     def inline(self) -> bool:
         """The leader pulls the upstream in its own task (no pump): the guard is held."""
         return self.guard is not None
@@ -321,7 +313,7 @@ class Flight:
     def start_pump(self) -> None:
         """From now on a task of its own pulls the upstream."""
         self._pump = asyncio.get_running_loop().create_task(
-            self._run_pump(), name=f"olp-singleflight-{self.key[:12]}"
+            self._run_pump(), name=f"olp-singleflight-{self.at[1][:12]}"
         )
         self._release_guard()
 
@@ -354,12 +346,8 @@ class Flight:
     def overflow(self) -> None:
         self.overflowed = True
         self.owner.unshare(self)
-        log.info(
-            "singleflight_overflow",
-            namespace=self.namespace,
-            key=self.key,
-            max_bytes=self.max_bytes,
-        )
+        namespace, key = self.at
+        log.info("singleflight_overflow", namespace=namespace, key=key, max_bytes=self.max_bytes)
 
     async def wait(self) -> None:
         """Until the next event, or the end."""

@@ -70,23 +70,26 @@ _FIELDS: Mapping[type, tuple[str, ...]] = {
     ResponseFormat: ("type", "json_schema"),
 }
 
+# The request's INCLUDED fields, each at its place in the canonical array
+# (`canonical_request`; a test keeps the two in step; a change of place changes every key:
+# bump KEY_SCHEMA).
+_POSITIONS = (
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+    "temperature",
+    "top_p",
+    "max_tokens",
+    "stop",
+    "seed",
+    # Pass-through options, minus EXCLUDED_EXTRA; unknown future ones are included.
+    "extra",
+)
+
 INCLUDED: Mapping[type, frozenset[str]] = {
-    ChatRequest: frozenset(
-        {
-            "messages",
-            "tools",
-            "tool_choice",
-            "parallel_tool_calls",
-            "response_format",
-            "temperature",
-            "top_p",
-            "max_tokens",
-            "stop",
-            "seed",
-            # Pass-through options, minus EXCLUDED_EXTRA; unknown future ones are included.
-            "extra",
-        }
-    ),
+    ChatRequest: frozenset(_POSITIONS),
     **{cls: frozenset(names) for cls, names in _FIELDS.items()},
 }
 
@@ -163,24 +166,6 @@ def canonical_request(request: ChatRequest) -> bytes:
         option=_OPTIONS,
         default=_nested,
     )
-
-
-# Where each INCLUDED field of the request sits in the canonical array (a test keeps it in
-# step with `canonical_request` and `INCLUDED`; a change of place changes every key: bump
-# KEY_SCHEMA).
-_POSITIONS = (
-    "messages",
-    "tools",
-    "tool_choice",
-    "parallel_tool_calls",
-    "response_format",
-    "temperature",
-    "top_p",
-    "max_tokens",
-    "stop",
-    "seed",
-    "extra",
-)
 
 
 # orjson hands every dataclass to `_nested`: its own dataclass path reads each field through

@@ -130,17 +130,7 @@ class MemoryStore:
         expires = now + cfg.ttl_s
         entry = Entry(namespace, key, entry_id, nbytes, now, expires, None)
         self.index(entry)
-        # (`load`, written out for an answer not decoded yet: this runs on every miss.)
-        weight = nbytes + EVENT_OVERHEAD
-        if weight > self._max_total:
-            self._unload(entry)
-            return entry
-        entry.answer = CachedAnswer(None, nbytes, now, expires, body)  # (decoded when asked)
-        entry.weight = weight
-        self._loaded[entry] = None
-        self._total += weight
-        while self._total > self._max_total:
-            self._unload(next(iter(self._loaded)))
+        self.load(entry, CachedAnswer(None, nbytes, now, expires, body))  # (decoded when asked)
         return entry
 
     def index(self, entry: Entry) -> None:

@@ -120,10 +120,10 @@ class SingleFlight:
     def in_flight(self, namespace: str | None = None) -> int:
         if namespace is None:
             return len(self._running)
-        return sum(1 for flight in self._running if flight.namespace == namespace)
+        return sum(1 for flight in self._running if flight.at[0] == namespace)
 
     def in_flight_by_namespace(self) -> dict[str, int]:
-        return dict(Counter(flight.namespace for flight in self._running))
+        return dict(Counter(flight.at[0] for flight in self._running))
 
     async def aclose(self) -> None:
         """Cancel every flight still running (shutdown); their listeners get an error."""

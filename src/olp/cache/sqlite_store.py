@@ -186,10 +186,7 @@ class SqliteStore(MemoryStore):
         return dropped
 
     def _dropped(self, entry: Entry) -> None:
-        if entry.answer is not None:  # (`_free`, written out: an eviction on every miss)
-            entry.answer = None
-            del self._loaded[entry]
-            self._total -= entry.weight
+        self._free(entry)
         self._touched.pop(entry.id, None)
         if self._writer is not None:
             self._writer.delete(entry.id)
