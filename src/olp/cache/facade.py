@@ -195,7 +195,6 @@ class ResponseCache:
         namespace: str,
         key: str,
         start: Start,
-        *,
         lookup: bool = True,
         store: bool = True,
         guard: CancelGuard | None = None,
