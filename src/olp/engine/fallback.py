@@ -92,8 +92,6 @@ class Served:
                 self.engine.after_commit_failure(self, exc)
                 yield Finish("length")
                 return
-            # Read to its end: nothing left to close (`aclose` then skips a no-op close).
-            self._closed = True
         if not finished:
             yield Finish("stop")
         self.engine.served(self)
