@@ -146,8 +146,8 @@ def _hop_header(provider: str, model: str) -> bytes:
 def canonical_request(request: ChatRequest) -> bytes:
     """The canonical bytes of every INCLUDED field of `request` (hop-independent)."""
     # One array, each field at its own place (`_POSITIONS`): no dict to build and no keys
-    # to sort, half the cost of a document keyed by name. The array's length is fixed, so
-    # no two requests share bytes.
+    # to sort, half the cost of a document keyed by name. The places are fixed and each
+    # value's JSON ends where it ends, so requests that differ in a field differ in bytes.
     temperature, top_p, extra = request.temperature, request.top_p, request.extra
     return orjson.dumps(
         (
