@@ -140,6 +140,17 @@ class ProcessServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
         )
+        try:
+            self._wait_ready()
+        except BaseException:
+            # `with` runs no __exit__ when __enter__ fails: stop the child and close its
+            # pipes here, or a slow start (a loaded machine) leaves both behind.
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        assert self.proc is not None
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -148,7 +159,7 @@ class ProcessServer:
                 )
             try:
                 if httpx.get(f"{self.base_url}/health", timeout=0.5).status_code == 200:
-                    return self
+                    return
             except httpx.HTTPError:
                 time.sleep(0.05)
         raise RuntimeError("olp start did not become ready")
