@@ -266,7 +266,7 @@ def test_each_included_request_field_changes_the_key(name: str) -> None:
 def test_each_included_request_field_is_written_at_its_own_place(name: str) -> None:
     """The canonical array holds every INCLUDED field once: changing one changes its place
     (`keys._POSITIONS`) and no other."""
-    assert set(keys._POSITIONS) == INCLUDED[ChatRequest]
+    assert len(set(keys._POSITIONS)) == len(keys._POSITIONS)  # (INCLUDED is made from it)
     base = orjson.loads(canonical_request(BASE))
     changed = orjson.loads(canonical_request(replace(BASE, **{name: REQUEST_CHANGES[name]})))
     assert len(base) == len(changed) == len(keys._POSITIONS)

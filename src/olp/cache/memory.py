@@ -77,9 +77,6 @@ class MemoryStore:
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
-        space = self._spaces.get(namespace)
-        if space is None or key not in space:  # a miss, told without a call: every miss asks
-            return None
         entry = self.entry(namespace, key)
         return None if entry is None else entry.answer
 

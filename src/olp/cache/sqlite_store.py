@@ -98,9 +98,6 @@ class SqliteStore(MemoryStore):
     # -- reads ---------------------------------------------------------------------------
 
     def lookup(self, namespace: str, key: str) -> CachedAnswer | None:
-        space = self._spaces.get(namespace)
-        if space is None or key not in space:  # a miss, told without a call: every miss asks
-            return None
         entry = self.entry(namespace, key)
         if entry is None or entry.answer is None:
             return None
@@ -108,8 +105,7 @@ class SqliteStore(MemoryStore):
         return entry.answer
 
     def on_disk(self, namespace: str, key: str) -> bool:
-        space = self._spaces.get(namespace)  # (`indexed`, written out: every miss asks)
-        entry = None if space is None else space.get(key)
+        entry = self.indexed(namespace, key)
         return entry is not None and entry.answer is None and self._reader is not None
 
     async def get(self, namespace: str, key: str) -> CachedAnswer | None:

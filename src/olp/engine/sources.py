@@ -68,6 +68,6 @@ def start(hop: Hop, request: ChatRequest, request_id: str, scope: CacheScope | N
 
     if scope is None:
         return CacheHop("bypass", "direct", call())
-    stores = scope.stores if hop is scope.hop else scope.resolve(hop)  # (asked by find_cached)
+    stores = scope.resolve(hop)
     # (Positional: this runs on every miss.)
     return scope.cache.lead(scope.namespace, scope.key, call, scope.lookup, stores, scope.guard)
