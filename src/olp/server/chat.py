@@ -205,7 +205,9 @@ def _cache_scope(
         lookup,
         store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
-        b'"cache_control"' in body,
+        # (`find`, not `in`: on Python 3.11, `bytes in bytes` first tries the needle as
+        # an int, and raises and clears a TypeError on every request.)
+        body.find(b'"cache_control"') != -1,
         watch,
     )
 

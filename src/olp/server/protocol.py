@@ -70,8 +70,17 @@ class CoalescingTransport:
     def get_write_buffer_size(self) -> int:
         return self._transport.get_write_buffer_size() + sum(map(len, self._buffer))
 
+    # Written out rather than left to `__getattr__`: uvicorn asks `is_closing()` once per
+    # response and `get_extra_info()` five times per connection, and `__getattr__` runs
+    # only after the normal lookup has built an AttributeError and thrown it away.
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return self._transport.get_extra_info(name, default)
+
     def __getattr__(self, name: str) -> Any:
-        # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, …
+        # pause_reading, resume_reading, set_protocol, …
         return getattr(self._transport, name)
 
 
