@@ -206,7 +206,7 @@ def _cache_scope(
         store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
         # (`find`, not `in`: on Python 3.11, `bytes in bytes` first tries the needle as
-        # an int, and raises and clears a TypeError on every request.)
+        # an int, and raises and clears a TypeError each time.)
         body.find(b'"cache_control"') != -1,
         watch,
     )

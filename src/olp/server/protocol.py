@@ -71,7 +71,7 @@ class CoalescingTransport:
         return self._transport.get_write_buffer_size() + sum(map(len, self._buffer))
 
     # Written out rather than left to `__getattr__`: uvicorn asks `is_closing()` once per
-    # response and `get_extra_info()` five times per connection, and `__getattr__` runs
+    # response and `get_extra_info()` several times per connection; `__getattr__` runs
     # only after the normal lookup has built an AttributeError and thrown it away.
     def is_closing(self) -> bool:
         return self._transport.is_closing()
