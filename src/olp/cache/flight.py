@@ -110,18 +110,12 @@ class LeaderView(FlightView):
         self._pos += 1
         if flight.handover:
             flight.start_pump()
-            flight.append(event)  # (a follower may be waiting for it)
         elif flight.overflowed:
             # Alone, and nobody may join any more: there is nobody to keep the answer for.
             flight.events.clear()
             flight.base = self._pos
-        else:
-            # Alone: nobody waits to be woken. (`append`, written out: this runs per event.)
-            flight.events.append(event)
-            size = len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
-            flight.nbytes += size
-            if flight.nbytes > flight.max_bytes:
-                flight.overflow()
+            return event
+        flight.append(event)  # (after a handover, a follower may be waiting for it)
         return event
 
 
