@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from olp.cache.codec import estimate_size
+from olp.cache.codec import FIXED_SIZES, estimate_size
 from olp.cache.guard import CancelGuard
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, TextDelta
@@ -330,8 +330,12 @@ class Flight:
     def append(self, event: Event) -> None:
         self.events.append(event)
         if not self.overflowed:
-            # Text deltas are nearly every event: size them inline (`codec.estimate_size`).
-            self.nbytes += len(event.text) + 8 if type(event) is TextDelta else estimate_size(event)
+            # Nearly every event is a text delta, a usage or a finish: sized inline, with no
+            # call (`codec.estimate_size` sizes the rest).
+            if type(event) is TextDelta:
+                self.nbytes += len(event.text) + 8
+            else:
+                self.nbytes += FIXED_SIZES.get(type(event)) or estimate_size(event)
             if self.nbytes > self.max_bytes:
                 self.overflow()
         if self._waiters:
