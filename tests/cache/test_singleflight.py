@@ -8,9 +8,10 @@ import gc
 import pytest
 from cache_fakes import ANSWER, Upstream, drain, run, settle
 
+from olp.cache.codec import estimate_size
 from olp.cache.singleflight import SingleFlight
 from olp.errors import Failure, ProviderError
-from olp.ir import Event, TextDelta
+from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 
 
 def flights(max_bytes: int = 1 << 20) -> SingleFlight:
@@ -197,6 +198,29 @@ def test_an_answer_over_the_buffer_limit_streams_on_but_is_not_shared_or_stored(
         got += await drain(a)
         assert got == events
         assert stored == []
+
+    run(main)
+
+
+@pytest.mark.parametrize("spare", [0, -1])
+def test_a_flight_sizes_every_kind_of_event_as_the_codec_estimates_it(spare: int) -> None:
+    # The flight sizes the common kinds inline (`Flight.append`); the limit must fall
+    # exactly where `codec.estimate_size` puts it, for every kind of event.
+    answer: list[Event] = [
+        TextDelta("héllo"),
+        ReasoningDelta("thinking"),
+        ToolCallDelta(0, "call_1", "lookup", '{"q": 1}'),
+        Usage(10, 5, 0, 0, 0, 0.001),
+        Finish("stop"),
+    ]
+    size = sum(estimate_size(event) for event in answer)
+
+    async def main() -> None:
+        sf = flights(max_bytes=size + spare)
+        stored: list[tuple[Event, ...]] = []
+        _, view = sf.open("ns", "k", Upstream(answer).start, on_success=stored.append)
+        assert await drain(view) == answer
+        assert stored == ([tuple(answer)] if spare == 0 else [])  # one byte over: not kept
 
     run(main)
 
