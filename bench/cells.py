@@ -31,6 +31,9 @@ class Cell:
     cpu_us_per_req: dict[str, float]  # server name -> CPU µs per completed request
     rss_mib: dict[str, float]  # server name -> largest resident memory after a round
     other_load: float  # share of the machine's CPU used outside this run during the cell
+    # Per round, which of its server's processes served it (0: the first; a cost line's
+    # pair is restarted between blocks of rounds, `bench.run --pair-blocks`).
+    blocks: tuple[int, ...] = ()
 
     def _median(self, metric: str) -> float:
         values = [v for r in self.rounds if not math.isnan(v := float(getattr(r, metric)))]
@@ -93,6 +96,8 @@ class RunInfo:
     rounds: int
     loadgen_procs: int
     pair_rounds: int  # rounds of each cost line's pair (its own extra rounds included)
+    # Pairs of fresh server processes those rounds are spread over (`--pair-blocks`).
+    pair_blocks: int = 1
     notes: list[str] = field(default_factory=list)
     legend: list[tuple[str, str]] = field(default_factory=list)  # row -> what it measures
     # GET /cache/stats totals of the cache variants after the run (hits, misses, …).

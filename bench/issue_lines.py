@@ -51,12 +51,12 @@ HIT, MISS, MISS_BASE, MEMBER, MEMBER_BASE = (
 
 
 def _interval(paired: PairedCost) -> str:
+    over = f"{paired.pairs} paired rounds"
+    if paired.processes > 1:
+        over += f" on {paired.processes} pairs of processes"
     if paired.low is None or paired.high is None:
-        return f"{paired.pairs} paired round(s): too few for an interval"
-    return (
-        f"{CONFIDENCE:.0%} interval {_pct(paired.low)} to {_pct(paired.high)}, "
-        f"{paired.pairs} paired rounds"
-    )
+        return f"{over}: too few for an interval"
+    return f"{CONFIDENCE:.0%} interval {_pct(paired.low)} to {_pct(paired.high)}, {over}"
 
 
 def _pct(x: float) -> str:
@@ -157,7 +157,9 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
             base, cell = find(cells, base_name, stream, 64), find(cells, name, stream, 64)
             budget = f"cost < {max_cost:.0%}"
             if base and cell:
-                paired = paired_cost([r.rps for r in cell.rounds], [r.rps for r in base.rounds])
+                paired = paired_cost(
+                    [r.rps for r in cell.rounds], [r.rps for r in base.rounds], cell.blocks
+                )
                 cpu, base_cpu = _proxy_cpu(cell), _proxy_cpu(base)
                 line(
                     title,

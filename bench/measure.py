@@ -108,7 +108,14 @@ def _own_cpu_s() -> float:
     return total
 
 
-def to_cell(target: str, proxy: str | None, stream: bool, conns: int, rounds: list[Round]) -> Cell:
+def to_cell(
+    target: str,
+    proxy: str | None,
+    stream: bool,
+    conns: int,
+    rounds: list[Round],
+    blocks: tuple[int, ...] = (),
+) -> Cell:
     done = max(sum(r.load.total_requests for r in rounds), 1)
     names = rounds[0].cpu_s.keys()
     wall = sum(r.wall_s for r in rounds) * (os.cpu_count() or 1)
@@ -121,4 +128,5 @@ def to_cell(target: str, proxy: str | None, stream: bool, conns: int, rounds: li
         cpu_us_per_req={n: sum(r.cpu_s[n] for r in rounds) / done * 1e6 for n in names},
         rss_mib={n: max(r.rss_mib[n] for r in rounds) for n in names},
         other_load=sum(r.other_cpu_s for r in rounds) / wall,
+        blocks=blocks,
     )

@@ -177,7 +177,9 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         "back to back, alternating which goes first). The cost is 1 − the median of the "
         "per-round ratios (row's req/s / baseline's req/s), given with the "
         f"{CONFIDENCE:.0%} interval of that median (order statistics, no distribution "
-        "assumed). **PASS**: the whole interval is under the budget; **FAIL**: the whole "
+        "assumed). "
+        + _blocks_text(info.pair_blocks)
+        + "**PASS**: the whole interval is under the budget; **FAIL**: the whole "
         "interval is at or over it; **INCONCLUSIVE**: the interval spans it, and this "
         "machine was too noisy to tell. OLP's CPU per request, which does not depend on how "
         "the cores were shared, is given beside it as a cross-check. The new rows run only "
@@ -219,6 +221,17 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
     if info.notes:
         out += ["", "## Notes", "", *(f"- {n}" for n in info.notes)]
     return "\n".join(out) + "\n"
+
+
+def _blocks_text(blocks: int) -> str:
+    if blocks <= 1:
+        return ""
+    return (
+        f"Those rounds ran on {blocks} pairs of processes, both servers restarted between "
+        "blocks of rounds: two processes of the same code serve at steadily different "
+        "speeds, so each pair's median ratio is one sample, and the cost and its interval "
+        "are read over the pairs. "
+    )
 
 
 def _added_latency(cells: list[Cell]) -> list[str]:

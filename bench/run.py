@@ -188,17 +188,51 @@ class Runner:
                     # slow start after the previous row spreads over all rows alike.
                     for row in rows[i % len(rows) :] + rows[: i % len(rows)]:
                         rounds[row.name].append(self.measure(row, stream, conns, per_round))
-                # A cost line reads round i of its row against round i of its baseline:
-                # its pair gets rounds of its own, back to back, alternating who goes first.
+                blocks = {r.name: [0] * args.rounds for r in rows}
                 for pair in self.pairs(rows):
-                    for j in range(args.pair_rounds - args.rounds):
-                        for row in pair if j % 2 == 0 else pair[::-1]:
-                            rounds[row.name].append(self.measure(row, stream, conns, per_round))
+                    self.pair_rounds(pair, stream, conns, rounds, blocks)
                 for row in rows:
                     proxy = self.targets.endpoints[row.endpoint].server
-                    cells.append(to_cell(row.name, proxy, stream, conns, rounds[row.name]))
-                    _progress(cells[-1])
+                    cell = to_cell(
+                        row.name, proxy, stream, conns, rounds[row.name], tuple(blocks[row.name])
+                    )
+                    cells.append(cell)
+                    _progress(cell)
         return cells
+
+    def pair_rounds(
+        self,
+        pair: tuple[Row, Row],
+        stream: bool,
+        conns: int,
+        rounds: dict[str, list[Round]],
+        blocks: dict[str, list[int]],
+    ) -> None:
+        """A cost line's own rounds: its row and baseline back to back, alternating who
+        goes first (the line reads round i of one against round i of the other).
+
+        The rounds come in `--pair-blocks` blocks, each on a fresh pair of processes:
+        two processes of the same code serve at steadily different speeds, so one pair
+        alone cannot say what the code costs (`bench/stats.py`).
+        """
+        args = self.args
+        per_round = args.duration / args.rounds
+        size = args.pair_rounds // args.pair_blocks
+        for j in range(args.rounds, args.pair_rounds):
+            block = min(j // size, args.pair_blocks - 1)
+            if block != blocks[pair[0].name][-1]:
+                self.fresh_processes(pair, stream)
+            for row in pair if j % 2 == 0 else pair[::-1]:
+                rounds[row.name].append(self.measure(row, stream, conns, per_round))
+                blocks[row.name].append(block)
+
+    def fresh_processes(self, pair: tuple[Row, Row], stream: bool) -> None:
+        """Restart both servers of a pair (same home, config and port), then warm them up."""
+        for row in pair:
+            self.targets.restart(row.endpoint)
+        for row in pair:
+            load = run_loadgen(self.workload(row), stream, 64, self.args.warmup, 1.0, 1)
+            self.answered[row.endpoint] += load.total_requests
 
     def measure(self, row: Row, stream: bool, conns: int, duration: float) -> Round:
         result = measure_round(
@@ -268,6 +302,7 @@ def machine_info(args: argparse.Namespace, argv: list[str]) -> RunInfo:
         rounds=args.rounds,
         loadgen_procs=args.procs,
         pair_rounds=args.pair_rounds,
+        pair_blocks=args.pair_blocks,
         legend=[(r.name, r.about) for r in ROWS if not args.no_olp or r.endpoint in _NO_OLP],
     )
 
@@ -284,8 +319,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--pair-rounds",
         type=int,
-        help="rounds of each cost line's row and baseline, paired (at least --rounds; "
+        help="rounds of each cost line's row and baseline, paired (at least --rounds × "
+        "--pair-blocks; "
         "default 30, --quick: 1): the more, the narrower the cost's interval",
+    )
+    parser.add_argument(
+        "--pair-blocks",
+        type=int,
+        help="fresh pairs of server processes each cost line's rounds are spread over "
+        "(default 6, --quick: 1): with 6 or more, the cost's interval is over them",
     )
     parser.add_argument("--procs", type=int, default=1, help="load generator processes")
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
@@ -299,12 +341,15 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(bench/results/<timestamp>.json), e.g. after changing bench/report.py",
     )
     args = parser.parse_args(argv)
-    quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3, "pair_rounds": 1}
-    full = {"duration": 5.0, "rounds": 5, "warmup": 0.3, "pair_rounds": 30}
+    quick = {"duration": 1.0, "rounds": 1, "warmup": 0.3, "pair_rounds": 1, "pair_blocks": 1}
+    full = {"duration": 5.0, "rounds": 5, "warmup": 0.3, "pair_rounds": 30, "pair_blocks": 6}
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    args.pair_rounds = max(args.pair_rounds, args.rounds)
+    if args.pair_blocks < 1:
+        parser.error("--pair-blocks must be at least 1")
+    # The interleaved rounds run on the first pair of processes: every block gets as many.
+    args.pair_rounds = max(args.pair_rounds, args.rounds * args.pair_blocks)
     return args
 
 
@@ -372,7 +417,13 @@ def _read_raw(path: Path) -> tuple[RunInfo, list[Cell]]:
     info = payload["info"]
     info["legend"] = [tuple(item) for item in info["legend"]]
     cells = [
-        Cell(**{**c, "rounds": tuple(LoadResult(**r) for r in c["rounds"])})
+        Cell(
+            **{
+                **c,
+                "rounds": tuple(LoadResult(**r) for r in c["rounds"]),
+                "blocks": tuple(c.get("blocks", ())),
+            }
+        )
         for c in payload["cells"]
     ]
     return RunInfo(**info), cells

@@ -7,6 +7,13 @@ baseline measured back to back, which a burst of outside load mostly hits alike 
 reports the median of the per-round ratios with a distribution-free interval around it:
 the order statistics that bracket the median with at least the stated confidence,
 whatever the rounds' distribution (no normality assumed).
+
+Rounds are not the only thing that varies. Two `olp start` processes of the same code and
+config serve at steadily different speeds, several points apart (memory layout, hash
+seeds: measured in `docs/cache.md`), and every round of one pair of processes carries the
+same offset. So a run measures each cost line on several pairs of processes (`bench.run
+--pair-blocks`), and with more than one, the rounds of a pair count as one sample: the
+cost is the median of the pairs' medians, with the interval over the pairs.
 """
 
 from __future__ import annotations
@@ -51,7 +58,8 @@ class PairedCost:
     cost: float
     low: float | None  # the interval's bounds on the cost (low ≤ cost ≤ high)
     high: float | None
-    pairs: int
+    pairs: int  # paired rounds
+    processes: int = 1  # pairs of server processes the cost and its interval are read over
 
     def verdict(self, budget: float) -> bool | None:
         """True: under the budget; False: over it; None: the interval spans it."""
@@ -64,12 +72,27 @@ class PairedCost:
         return None
 
 
-def paired_cost(rows: Sequence[float], bases: Sequence[float]) -> PairedCost:
-    """The cost of `rows` against `bases`, round i of one against round i of the other."""
-    ratios = [r / b for r, b in zip(rows, bases, strict=False) if b > 0]
-    if not ratios:
+def paired_cost(
+    rows: Sequence[float], bases: Sequence[float], blocks: Sequence[int] = ()
+) -> PairedCost:
+    """The cost of `rows` against `bases`, round i of one against round i of the other.
+
+    `blocks[i]` names the pair of processes round i ran on (none: all on one pair). With
+    several pairs, each pair's median ratio is one sample.
+    """
+    by_block: dict[int, list[float]] = {}
+    paired = zip(rows, bases, blocks or [0] * len(rows), strict=False)
+    for row, base, block in paired:
+        if base > 0:
+            by_block.setdefault(block, []).append(row / base)
+    if not by_block:
         return PairedCost(math.nan, None, None, 0)
-    interval = median_interval(ratios)
+    rounds = sum(len(ratios) for ratios in by_block.values())
+    if len(by_block) == 1:
+        (samples,) = by_block.values()
+    else:
+        samples = [statistics.median(ratios) for ratios in by_block.values()]
+    interval = median_interval(samples)
     # A higher ratio is a lower cost: the ratio interval's ends swap.
     low, high = (None, None) if interval is None else (1 - interval[1], 1 - interval[0])
-    return PairedCost(1 - statistics.median(ratios), low, high, len(ratios))
+    return PairedCost(1 - statistics.median(samples), low, high, rounds, len(by_block))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,8 @@ from bench.payloads import CHAT_PATH, TOKEN, request_body
 
 PY = sys.executable
 SMOKE_REQUESTS = 2  # chat requests smoke_check() sends to each endpoint
+# The counters of GET /cache/stats a restarted variant carries over.
+_CACHE_COUNTERS = ("hits", "misses", "shared", "bypasses")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,10 @@ class Targets:
         self.endpoints: dict[str, Endpoint] = {}
         self.homes: dict[str, Path] = {}  # OLP variant -> its OLP_HOME
         self.notes: list[str] = []
+        # OLP variant -> how it was started (argv, env, base URL), for `restart`.
+        self._launches: dict[str, tuple[list[str], dict[str, str], str]] = {}
+        # OLP variant -> its cache counters from processes that have since been restarted.
+        self._earlier_counts: dict[str, Counter[str]] = {}
 
     def start(self, olp: OlpLaunch | None) -> None:
         up_port = procs.free_port()
@@ -104,12 +111,29 @@ class Targets:
             self.notes.append(f"{name} not measured: {detail[:500]}")
             procs.stop(self.servers.pop(name))
             return
+        self._launches[name] = (olp.argv(port), olp.env(home), base)
         self.endpoints[name] = Endpoint(base + CHAT_PATH, token, name)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> procs.Server:
         server = procs.start(name, argv, self.workdir, env)
         self.servers[name] = server  # registered at once, so stop() reaches it
         return server
+
+    def restart(self, name: str) -> None:
+        """A fresh process for the OLP variant `name`: same home, config and port.
+
+        Its ledger is flushed at shutdown and its cache file kept, so the checks after the
+        run still see every request; its cache counters are carried over (`cache_stats`).
+        """
+        argv, env, base = self._launches[name]
+        stats = self._own_cache_stats(name)
+        if stats is not None:
+            self._earlier_counts.setdefault(name, Counter()).update(
+                {k: stats[k] for k in _CACHE_COUNTERS}
+            )
+        procs.stop(self.servers[name])
+        server = self._spawn(name, argv, env)
+        procs.wait_ready(server, lambda: _ok("GET", base + "/health"))
 
     def involved(self, endpoint: str) -> list[procs.Server]:
         """The servers a request to `endpoint` may pass through (the upstream always)."""
@@ -118,7 +142,16 @@ class Targets:
         return [up] if server is None else [self.servers[server], up]
 
     def cache_stats(self, name: str) -> dict[str, Any] | None:
-        """GET /cache/stats of a running OLP variant (owner view), or None."""
+        """GET /cache/stats of a running OLP variant (owner view), or None; its counters
+        include those of the variant's earlier processes (`restart`)."""
+        stats = self._own_cache_stats(name)
+        if stats is not None:
+            for counter, earlier in self._earlier_counts.get(name, Counter()).items():
+                stats[counter] += earlier
+        return stats
+
+    def _own_cache_stats(self, name: str) -> dict[str, Any] | None:
+        """GET /cache/stats of the variant's current process alone."""
         endpoint = self.endpoints.get(name)
         if endpoint is None:
             return None

@@ -69,3 +69,29 @@ def test_the_report_gives_what_a_miss_and_a_member_key_add_to_one_request() -> N
     assert member + "| +10 µs |" in report
     # Without the 1-connection rows (an older run), the section is left out.
     assert "added at p50" not in render(info, [])
+
+
+def test_a_cost_line_read_over_pairs_of_processes_says_so_and_survives_its_raw_numbers(
+    tmp_path: Path,
+) -> None:
+    info = RunInfo(
+        date="2026-12-01 22:00 UTC", command="python -m bench.run", cores=2, cpu_model="cpu",
+        kernel="6.1", python="3.11.7", versions={}, warmup_s=0.3, duration_s=5.0, rounds=2,
+        loadgen_procs=1, pair_rounds=12, pair_blocks=6,
+    )  # fmt: skip
+    blocks = tuple(i // 2 for i in range(12))
+    cpu = {"upstream": 40.0, "olp-miss": 150.0, "olp-distinct": 130.0}
+    rss = {"upstream": 40.0, "olp-miss": 50.0, "olp-distinct": 50.0}
+    base = tuple(load(1_000.0 + 10 * i) for i in range(12))
+    # Each pair of processes measures its own cost: 2 % for the first, 4, 6, ... 12 %.
+    miss = tuple(load(r.rps * (0.98 - 0.02 * b)) for r, b in zip(base, blocks, strict=True))
+    cells = [
+        Cell("olp-distinct", "olp-distinct", False, 64, base, cpu, rss, 0.0, blocks),
+        Cell("olp-miss", "olp-miss", False, 64, miss, cpu, rss, 0.0, blocks),
+    ]
+    report = render(info, cells)
+    interval = "95% interval 2.0% to 12.0%, 12 paired rounds on 6 pairs of processes"
+    assert f"cost 7.0% ({interval})" in report
+    _write_raw(tmp_path, info, cells)
+    [raw] = tmp_path.glob("*.json")
+    assert _read_raw(raw) == (info, cells)

@@ -46,3 +46,21 @@ def test_too_few_rounds_fall_back_to_the_median() -> None:
     assert result.cost == pytest.approx(0.125)
     assert result.verdict(0.10) is False
     assert math.isnan(paired_cost([], []).cost)
+
+
+def test_with_several_pairs_of_processes_each_pair_is_one_sample() -> None:
+    # Six pairs of processes, five rounds each; each pair measured its own steady cost
+    # (3 to 15 %). Taken round by round, the 30 rounds would claim an interval of 5-12 %;
+    # read over the pairs, the interval is as wide as the pairs disagree.
+    block_ratios = [0.95, 0.92, 0.88, 0.85, 0.97, 0.90]
+    bases = [1000.0 + 10 * i for i in range(30)]
+    blocks = [i // 5 for i in range(30)]
+    rows = [b * block_ratios[blk] for b, blk in zip(bases, blocks, strict=True)]
+    rounds_only = paired_cost(rows, bases)
+    assert (rounds_only.low, rounds_only.high) == (pytest.approx(0.05), pytest.approx(0.12))
+    result = paired_cost(rows, bases, blocks)
+    assert (result.pairs, result.processes) == (30, 6)
+    assert result.cost == pytest.approx(0.09)  # between the pairs' 8 % and 10 %
+    assert (result.low, result.high) == (pytest.approx(0.03), pytest.approx(0.15))
+    assert result.verdict(0.10) is None and rounds_only.verdict(0.10) is None
+    assert paired_cost(rows, bases, [0] * 30) == rounds_only  # one pair: the rounds count
