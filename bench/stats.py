@@ -11,9 +11,10 @@ whatever the rounds' distribution (no normality assumed).
 Rounds are not the only thing that varies. Two `olp start` processes of the same code and
 config serve at steadily different speeds, several points apart (`docs/cache.md`; not
 because of the hash seed: with it fixed they still differ), and every round of one pair of
-processes carries the same offset. So a run measures each cost line on several pairs of processes (`bench.run
---pair-blocks`), and with more than one, the rounds of a pair count as one sample: the
-cost is the median of the pairs' medians, with the interval over the pairs.
+processes carries the same offset. So a run measures each cost line on several pairs of
+processes (`bench.run --pair-blocks`), and with more than one, the rounds of a pair count
+as one sample: the cost is the median of the pairs' medians, with the interval over the
+pairs.
 """
 
 from __future__ import annotations
