@@ -20,6 +20,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, NoReturn
@@ -230,9 +231,7 @@ class Runner:
         """Restart both servers of a pair (same home, config and port), then warm them up."""
         for row in pair:
             self.targets.restart(row.endpoint)
-        for row in pair:
-            load = run_loadgen(self.workload(row), stream, 64, self.args.warmup, 1.0, 1)
-            self.answered[row.endpoint] += load.total_requests
+        self.warm_up("warming up restarted", pair, stream, conns=64, seconds=1.0)
 
     def measure(self, row: Row, stream: bool, conns: int, duration: float) -> Round:
         result = measure_round(
@@ -257,12 +256,18 @@ class Runner:
     def prime(self, stream: bool) -> None:
         """Unmeasured load on every row first: lazy imports, pools, first-call paths, and
         the entry every cache hit will be answered from."""
-        for row in self.rows:
-            load = run_loadgen(self.workload(row), stream, 16, self.args.warmup, 0.5, 1)
+        self.warm_up("priming", self.rows, stream, conns=16, seconds=0.5)
+
+    def warm_up(
+        self, why: str, rows: Sequence[Row], stream: bool, *, conns: int, seconds: float
+    ) -> None:
+        """Unmeasured load on `rows`, counted as answered; errors go into the report."""
+        for row in rows:
+            load = run_loadgen(self.workload(row), stream, conns, self.args.warmup, seconds, 1)
             self.answered[row.endpoint] += load.total_requests
             if load.non_2xx or load.errors:
                 self.targets.notes.append(
-                    f"priming {row.name} ({'streaming' if stream else 'non-streaming'}) saw "
+                    f"{why} {row.name} ({'streaming' if stream else 'non-streaming'}) saw "
                     f"{load.non_2xx} non-2xx and {load.errors or 'no other'} errors"
                 )
 
