@@ -194,18 +194,19 @@ def member_key(home: Path, limits: KeyLimits) -> str:
     return key.secret
 
 
-def _auth(token: str) -> dict[str, str]:
+def chat_headers(token: str) -> dict[str, str]:
+    """The headers of a chat request sent with `token`."""
     return {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
 
 
 def _ok(method: str, url: str) -> bool:
     body = request_body(stream=False) if method == "POST" else None
-    return procs.http(method, url, body, _auth(TOKEN))[0] == 200
+    return procs.http(method, url, body, chat_headers(TOKEN))[0] == 200
 
 
 def smoke_check(url: str, token: str) -> str | None:
     """One request per mode before any load: what is wrong, or None."""
-    status, body = procs.http("POST", url, request_body(stream=False), _auth(token))
+    status, body = procs.http("POST", url, request_body(stream=False), chat_headers(token))
     if status != 200:
         return f"non-streaming: HTTP {status}: {body[:300]!r}"
     try:
@@ -214,7 +215,7 @@ def smoke_check(url: str, token: str) -> str | None:
         return f"non-streaming: not a chat completion: {body[:300]!r}"
     if not content:
         return "non-streaming: empty content"
-    status, body = procs.http("POST", url, request_body(stream=True), _auth(token))
+    status, body = procs.http("POST", url, request_body(stream=True), chat_headers(token))
     if status != 200:
         return f"streaming: HTTP {status}: {body[:300]!r}"
     if b'"content":"' not in body or not body.rstrip().endswith(b"data: [DONE]"):

@@ -8,7 +8,7 @@ from pathlib import Path
 from bench import procs
 from bench.payloads import request_body
 from bench.run import olp_argv, olp_config, olp_env
-from bench.targets import SMOKE_REQUESTS, OlpLaunch, Targets, Variant
+from bench.targets import SMOKE_REQUESTS, OlpLaunch, Targets, Variant, chat_headers
 
 
 def test_a_restarted_variant_is_a_new_process_with_its_home_port_and_counts(
@@ -19,7 +19,7 @@ def test_a_restarted_variant_is_a_new_process_with_its_home_port_and_counts(
     try:
         targets.start(OlpLaunch(variants=(variant,), argv=olp_argv, env=olp_env))
         endpoint = targets.endpoints["olp-miss"]
-        headers = {"Authorization": f"Bearer {endpoint.token}", "Content-Type": "application/json"}
+        headers = chat_headers(endpoint.token)
         first = targets.servers["olp-miss"].pid
         for seed in (1, 2, 3):
             status, _ = procs.http("POST", endpoint.url, request_body(False, seed=seed), headers)
@@ -42,5 +42,5 @@ def test_a_restarted_variant_is_a_new_process_with_its_home_port_and_counts(
         assert (stats["misses"], stats["hits"], stats["shared"]) == (1 + 5, 1 + 2, 0)
     finally:
         targets.stop()
-    # Both processes wrote their ledger into the one home: every request is there.
+    # All three processes wrote their ledger into the one home: every request is there.
     assert targets.ledger_rows("olp-miss") == SMOKE_REQUESTS + 7
