@@ -19,7 +19,6 @@ from olp.accounts.pricing import Pricing
 from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.deadlines import Deadlines
 from olp.engine import FallbackEngine, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
@@ -149,7 +148,6 @@ class OLPApp:
         self.ctx = ctx
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
-        self._deadlines = Deadlines()  # request bodies' read deadlines, on one timer
         self._reloader: ConfigReloader | None = None
 
     def watch_config(self, load: Callable[[], Config], loaded: Config) -> None:
@@ -167,7 +165,7 @@ class OLPApp:
             await self._lifespan(receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request(scope, receive, self._deadlines)
+        req = Request(scope, receive)
         try:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)
