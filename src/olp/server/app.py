@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -34,6 +35,7 @@ from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
+from olp.server.meta import header_value
 from olp.server.metrics_api import metrics_endpoint
 from olp.server.observers import limit_usage, record_usage
 from olp.server.quota_api import quota_status
@@ -237,14 +239,19 @@ def _route(method: str, path: str) -> Handler:
         )
     handler = methods.get(method)
     if handler is None:
-        raise MethodNotAllowed(f"{method} is not allowed on {path}; use {', '.join(methods)}.")
+        allow = tuple(methods)
+        raise MethodNotAllowed(
+            f"{method} is not allowed on {path}; use {', '.join(allow)}.", allow=allow
+        )
     return handler
 
 
 async def _send_error(send: Send, err: OLPError) -> None:
     headers = [(b"content-type", b"application/json")]
     if err.retry_after is not None:
-        headers.append((b"retry-after", str(max(1, int(err.retry_after + 0.999))).encode()))
+        headers.append((b"retry-after", header_value(str(max(1, math.ceil(err.retry_after))))))
+    if isinstance(err, MethodNotAllowed):
+        headers.append((b"allow", header_value(", ".join(err.allow))))
     try:
         await send_bytes(send, err.http_status, headers, error_body(err))
     except RuntimeError:
