@@ -157,8 +157,10 @@ class HttpClient:
         slots = self._slots
         if slots is None:
             return
-        if slots.locked():
-            self.queued += 1
+        if not slots.locked():
+            await slots.acquire()  # free: returns at once
+            return
+        self.queued += 1
         wait_ms = min(self.timeouts.first_byte_ms, self.timeouts.total_ms)
         try:
             async with asyncio.timeout(wait_ms / 1000.0):
