@@ -267,6 +267,10 @@ def test_exhaustion_returns_first_error_with_retry_after(
     assert err["provider"] == "alpha"
     assert resp.headers["retry-after"] == "7"
     assert resp.headers["x-olp-fallback-exhausted"] == "alpha,beta"
+    # No provider answered; the hops header counts the hops tried.
+    assert resp.headers["x-olp-provider-used"] == "none"
+    assert resp.headers["x-olp-model-used"] == "none"
+    assert resp.headers["x-olp-fallback-hops"] == "2"
     assert [d["code"] for d in detail(resp)] == ["UPSTREAM_ERROR", "OVERLOADED"]
 
 

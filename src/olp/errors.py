@@ -127,6 +127,10 @@ class MethodNotAllowed(OLPError):
     http_status = 405
     type = "invalid_request_error"
 
+    def __init__(self, message: str, *, allow: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.allow = allow  # the `Allow` header: the methods the path answers
+
 
 class ModelNotFound(OLPError):
     code = "model_not_found"

@@ -3,6 +3,7 @@ traffic, owner-only unless loopback access without a key is configured."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -173,3 +174,24 @@ def test_active_requests_and_streams_gauges_follow_a_live_stream(tmp_path: Path)
             assert gauges(server) == {"olp_active_requests": 1, "olp_active_streams": 1}
             assert list(lines)[-2] == "data: [DONE]"
             assert gauges(server) == {"olp_active_requests": 0, "olp_active_streams": 0}
+
+
+def test_requests_that_waited_for_a_slot_are_counted(tmp_path: Path) -> None:
+    with FakeUpstream() as up:
+        up.script(Slow(first_byte_delay_s=0.3), Slow(first_byte_delay_s=0.3))
+        config = {
+            "providers": {
+                "up": {
+                    "type": "openai-http",
+                    "base_url": up.openai_base_url,
+                    "models": ["m"],
+                    "max_concurrent": 1,
+                }
+            }
+        }
+        with olp_server(tmp_path, config) as server, ThreadPoolExecutor(2) as pool:
+            assert value(scrape(server), "olp_provider_queued_requests_total", provider="up") == 0
+            answers = list(pool.map(lambda i: chat(server, model="m", content=f"q{i}"), range(2)))
+            assert [a.status_code for a in answers] == [200, 200]
+            queued = value(scrape(server), "olp_provider_queued_requests_total", provider="up")
+            assert queued == 1

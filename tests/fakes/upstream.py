@@ -211,7 +211,9 @@ class FakeUpstream:
         app.router.add_get("/v1/models", self._models)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        # A real API's listen queue is deep; aiohttp's default (128) would make a burst of
+        # connections wait for SYN retries, which is the fake's limit, not OLP's.
+        site = web.TCPSite(self._runner, "127.0.0.1", 0, backlog=2048)
         await site.start()
         server = site._server
         assert isinstance(server, asyncio.Server)

@@ -535,7 +535,7 @@ REJECTIONS: list[tuple[str, Any, str | None, str]] = [
     ("stop too many", with_(stop=list("abcde")), "stop", "at most 4 stop sequences"),
     ("stop item number", with_(stop=["a", 1]), "stop[1]", "must be a string"),
     ("seed float", with_(seed=1.5), "seed", "must be an integer"),
-    ("seed bool", with_(seed=True), "seed", "must be an integer (got boolean)"),
+    ("seed bool", with_(seed=True), "seed", "and 9223372036854775807 (got boolean)"),
     ("seed huge", b'{"model":"m","messages":[{"role":"user","content":"x"}],"seed":1' + b"0" * 30
      + b"}", "seed", "must be an integer"),
     ("stream string", with_(stream="true"), "stream", "stream: must be a boolean (got string)"),

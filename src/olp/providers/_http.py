@@ -1,10 +1,15 @@
-"""Shared HTTP machinery for HTTP providers (DESIGN §6).
+"""Shared HTTP machinery for HTTP providers.
 
 One `HttpClient` per provider owns one pooled aiohttp session (created lazily inside the
 running loop) and enforces OLP's own deadlines: aiohttp only bounds the socket connect;
 first byte, idle and total are checked here so each expiry names which one fired.
 Every aiohttp/OS failure is mapped to the trigger taxonomy at one boundary
 (`upstream_errors`); non-2xx answers go through `error_for_status`.
+
+The pool itself is unbounded; `max_concurrent`, when configured, is a slot a request
+takes before it is sent. Waiting for a slot has its own deadline and its own error
+(`CONCURRENCY_LIMIT`: the request was never sent), so time in the queue is never
+reported as an upstream that did not answer.
 
 A call is an async context manager, so leaving it early (the consumer stopped iterating,
 the task was cancelled because the client went away) closes the upstream connection
@@ -24,7 +29,6 @@ import aiohttp
 import orjson
 
 from olp.config.model import Timeouts
-from olp.deadlines import Deadlines
 from olp.errors import Failure, ProviderError
 from olp.providers._http_errors import ERROR_BODY_CAP, QuotaMemory, error_for_status
 from olp.providers.base import QuotaSnapshot
@@ -42,8 +46,6 @@ __all__ = [
 
 BODY_CAP = 32 * 1024 * 1024
 SSE_LINE_CAP = 1024 * 1024
-# Without max_concurrent, how many connections one provider may hold open at once.
-_DEFAULT_POOL = 256
 # Idle pooled connections are dropped before the shortest common server idle timeout
 # (uvicorn and Node close after 5 s): aiohttp never retries a POST on a connection the
 # server closed meanwhile, so a stale one would be a spurious TRANSPORT failure.
@@ -96,9 +98,9 @@ def stream_ended_early(provider: str, cause: BaseException | None = None) -> Pro
 
 
 class HttpClient:
-    """One provider's pooled session, deadlines and quota memory."""
+    """One provider's pooled session, concurrency slots, deadlines and quota memory."""
 
-    __slots__ = ("_headers", "_limit", "_quota", "_session", "deadlines", "name", "timeouts")
+    __slots__ = ("_headers", "_quota", "_session", "_slots", "limit", "name", "queued", "timeouts")
 
     def __init__(
         self,
@@ -112,17 +114,17 @@ class HttpClient:
         self.timeouts = timeouts
         # Sent with every request as session defaults, so no per-request header merge.
         self._headers = {"Content-Type": "application/json", **headers}
-        self._limit = limit or _DEFAULT_POOL
+        self.limit = limit
+        self._slots = asyncio.Semaphore(limit) if limit else None
+        self.queued = 0  # requests that had to wait for a slot, since start
         self._session: aiohttp.ClientSession | None = None
         self._quota = QuotaMemory()
-        # Every read's deadline on one timer, not a loop timer per read (olp.deadlines).
-        self.deadlines = Deadlines()
 
     def session(self) -> aiohttp.ClientSession:
         session = self._session
         if session is None or session.closed:
             connector = aiohttp.TCPConnector(
-                limit=self._limit,
+                limit=0,  # unbounded: `max_concurrent` is enforced by the slots instead
                 limit_per_host=0,
                 keepalive_timeout=_KEEPALIVE_S,
                 ttl_dns_cache=300,
@@ -145,6 +147,35 @@ class HttpClient:
         session, self._session = self._session, None
         if session is not None and not session.closed:
             await session.close()
+
+    async def acquire(self) -> None:
+        """Take one of `max_concurrent` slots (no-op without a limit); `release()` it after.
+
+        Waits at most `first_byte_ms` (or `total_ms` if shorter), then raises
+        `CONCURRENCY_LIMIT`: the request was never sent, so the next hop may take it.
+        """
+        slots = self._slots
+        if slots is None:
+            return
+        if not slots.locked():
+            await slots.acquire()  # free: returns at once
+            return
+        self.queued += 1
+        wait_ms = min(self.timeouts.first_byte_ms, self.timeouts.total_ms)
+        try:
+            async with asyncio.timeout(wait_ms / 1000.0):
+                await slots.acquire()
+        except TimeoutError:
+            raise ProviderError(
+                Failure.CONCURRENCY_LIMIT,
+                f"no connection slot free within {wait_ms} ms ({self.name} is at "
+                f"max_concurrent={self.limit}); the request was not sent",
+                provider=self.name,
+            ) from None
+
+    def release(self) -> None:
+        if self._slots is not None:
+            self._slots.release()
 
     def post(self, url: str, body: bytes) -> UpstreamCall:
         """`async with client.post(url, body) as call:` — raises for non-2xx answers."""
@@ -178,7 +209,17 @@ def _ms_since(start: float) -> float:
 class UpstreamCall:
     """One POST, its response, and OLP's deadlines for reading it."""
 
-    __slots__ = ("_body", "_client", "_decoder", "_eof", "_first_at", "_resp", "_total_at", "_url")
+    __slots__ = (
+        "_body",
+        "_client",
+        "_decoder",
+        "_eof",
+        "_first_at",
+        "_has_slot",
+        "_resp",
+        "_total_at",
+        "_url",
+    )
 
     def __init__(self, client: HttpClient, url: str, body: bytes) -> None:
         self._client = client
@@ -187,6 +228,7 @@ class UpstreamCall:
         self._resp: aiohttp.ClientResponse | None = None
         self._decoder: SSEDecoder | None = None
         self._eof = False
+        self._has_slot = False
         # Deadlines on the loop clock; the first-byte one also covers connect and headers.
         self._first_at: float | None = 0.0
         self._total_at = 0.0
@@ -194,17 +236,37 @@ class UpstreamCall:
     async def __aenter__(self) -> UpstreamCall:
         client = self._client
         t = client.timeouts
-        now = asyncio.get_running_loop().time()
-        self._total_at = now + t.total_ms / 1000.0
-        self._first_at = now + t.first_byte_ms / 1000.0
+        self._total_at = asyncio.get_running_loop().time() + t.total_ms / 1000.0
+        await client.acquire()
+        self._has_slot = True
+        try:
+            await self._send()
+        except BaseException:
+            self._let_go()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._let_go(done=exc_type is None)
+
+    async def _send(self) -> None:
+        """Send the request (the slot is held) and take the status line and headers."""
+        client = self._client
+        # The first-byte deadline starts once the request may go: queueing is not counted.
+        self._first_at = asyncio.get_running_loop().time() + client.timeouts.first_byte_ms / 1000.0
         with upstream_errors(client.name):
             try:
-                with (deadline := client.deadlines.at(min(self._first_at, self._total_at))):
+                async with asyncio.timeout_at(min(self._first_at, self._total_at)) as deadline:
                     resp = await client.session().post(
                         self._url, data=self._body, allow_redirects=False
                     )
             except TimeoutError as exc:
-                if deadline.expired:  # ours, not aiohttp's connect timeout
+                if deadline.expired():  # ours, not aiohttp's connect timeout
                     raise self._timed_out(self._first_at) from exc
                 raise
         self._resp = resp
@@ -214,30 +276,22 @@ class UpstreamCall:
                 body = await self._read_capped(ERROR_BODY_CAP, truncate=True)
             except ProviderError:
                 body = b""  # the status says enough; a body that never comes changes nothing
-            finally:
-                # A fully read error keeps its connection: 429 storms should not also
-                # cost a TLS handshake per attempt.
-                if self._eof:
-                    resp.release()
-                else:
-                    resp.close()
             raise error_for_status(client.name, resp.status, resp.headers, body)
-        return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        resp = self._resp
-        if resp is None:
-            return
-        if exc_type is None and self._eof:
-            resp.release()
-        else:
-            # Half-read, failed or abandoned: never hand this connection to the pool.
-            resp.close()
+    def _let_go(self, *, done: bool = False) -> None:
+        """Give back the connection (to the pool only if fully read) and the slot."""
+        resp, self._resp = self._resp, None
+        if resp is not None:
+            # A fully read answer, even an error (a 429 storm should not also cost a TLS
+            # handshake per attempt), keeps its connection; a half-read, failed or
+            # abandoned one is closed, never handed to the pool.
+            if self._eof and (done or not 200 <= resp.status < 300):
+                resp.release()
+            else:
+                resp.close()
+        if self._has_slot:
+            self._has_slot = False
+            self._client.release()
 
     @property
     def is_event_stream(self) -> bool:
@@ -286,7 +340,7 @@ class UpstreamCall:
         """
         content = self._response().content
         try:
-            with self._client.deadlines.after(_DRAIN_S):
+            async with asyncio.timeout(_DRAIN_S):
                 for _ in range(4):
                     if content.at_eof():
                         self._eof = True
@@ -310,10 +364,10 @@ class UpstreamCall:
             step_at = loop.time() + self._client.timeouts.idle_ms / 1000.0
         with upstream_errors(self._client.name, mid_body=True):
             try:
-                with (deadline := self._client.deadlines.at(min(step_at, self._total_at))):
+                async with asyncio.timeout_at(min(step_at, self._total_at)) as deadline:
                     chunk = await self._response().content.readany()
             except TimeoutError as exc:
-                if deadline.expired:
+                if deadline.expired():
                     raise self._timed_out(step_at) from exc
                 raise
         self._first_at = None

@@ -71,6 +71,11 @@ class HttpProvider:
     def quota(self) -> QuotaSnapshot | None:
         return self.http.quota()
 
+    @property
+    def queued_requests(self) -> int:
+        """Requests that waited for a `max_concurrent` slot before being sent, since start."""
+        return self.http.queued
+
     async def aclose(self) -> None:
         await self.http.aclose()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -19,7 +20,6 @@ from olp.accounts.pricing import Pricing
 from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.deadlines import Deadlines
 from olp.engine import FallbackEngine, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
@@ -35,6 +35,7 @@ from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
+from olp.server.meta import header_value
 from olp.server.metrics_api import metrics_endpoint
 from olp.server.observers import limit_usage, record_usage
 from olp.server.quota_api import quota_status
@@ -149,7 +150,6 @@ class OLPApp:
         self.ctx = ctx
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
-        self._deadlines = Deadlines()  # request bodies' read deadlines, on one timer
         self._reloader: ConfigReloader | None = None
 
     def watch_config(self, load: Callable[[], Config], loaded: Config) -> None:
@@ -167,7 +167,7 @@ class OLPApp:
             await self._lifespan(receive, send)
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
-        req = Request(scope, receive, self._deadlines)
+        req = Request(scope, receive)
         try:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)
@@ -239,14 +239,19 @@ def _route(method: str, path: str) -> Handler:
         )
     handler = methods.get(method)
     if handler is None:
-        raise MethodNotAllowed(f"{method} is not allowed on {path}; use {', '.join(methods)}.")
+        allow = tuple(methods)
+        raise MethodNotAllowed(
+            f"{method} is not allowed on {path}; use {', '.join(allow)}.", allow=allow
+        )
     return handler
 
 
 async def _send_error(send: Send, err: OLPError) -> None:
     headers = [(b"content-type", b"application/json")]
     if err.retry_after is not None:
-        headers.append((b"retry-after", str(max(1, int(err.retry_after + 0.999))).encode()))
+        headers.append((b"retry-after", header_value(str(max(1, math.ceil(err.retry_after))))))
+    if isinstance(err, MethodNotAllowed):
+        headers.append((b"allow", header_value(", ".join(err.allow))))
     try:
         await send_bytes(send, err.http_status, headers, error_body(err))
     except RuntimeError:

@@ -6,7 +6,6 @@ import asyncio
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from olp.deadlines import Deadlines
 from olp.errors import RequestTimeout, RequestTooLarge
 from olp.server.protocol import DISCONNECT_HOOKS
 
@@ -33,14 +32,12 @@ class ClientGone(Exception):
 
 
 class Request:
-    __slots__ = ("_deadlines", "_headers", "receive", "scope")
+    __slots__ = ("_headers", "receive", "scope")
 
-    def __init__(self, scope: Scope, receive: Receive, deadlines: Deadlines | None = None) -> None:
+    def __init__(self, scope: Scope, receive: Receive) -> None:
         self.scope = scope
         self.receive = receive
         self._headers: dict[bytes, bytes] | None = None
-        # Shared by all requests: one timer for every body being read (olp.deadlines).
-        self._deadlines = deadlines if deadlines is not None else Deadlines()
 
     @property
     def method(self) -> str:
@@ -68,7 +65,7 @@ class Request:
     async def body(self, limit: int, timeout_s: float) -> bytes:
         """The whole body within `timeout_s`, refusing more than `limit` bytes."""
         try:
-            with self._deadlines.after(timeout_s):
+            async with asyncio.timeout(timeout_s):
                 return await self._body(limit)
         except TimeoutError:
             raise RequestTimeout(

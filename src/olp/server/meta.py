@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -12,9 +13,10 @@ from olp.accounts import Identity
 from olp.config import AuthConfig
 from olp.errors import ChainFailed, HopFailure, OLPError
 
-__all__ = ["ResponseMeta", "fallback_detail", "new_request_id"]
+__all__ = ["ResponseMeta", "fallback_detail", "header_value", "new_request_id"]
 
 _DETAIL_LIMIT = 4096
+_CONTROL = re.compile(rb"[\x00-\x1f\x7f]")
 
 
 def new_request_id() -> str:
@@ -43,8 +45,8 @@ class ResponseMeta:
         if isinstance(err, ChainFailed):
             self.failures = err.failures
             if err.exhausted:
-                first = err.failures[0]
-                self.provider, self.model = first.provider, first.model
+                # No provider answered; "hops" becomes how many the chain went through.
+                self.provider = self.model = "none"
                 self.hops = len(err.failures)
                 self.exhausted = tuple(f.provider for f in err.failures)
             else:
@@ -52,21 +54,21 @@ class ResponseMeta:
                 self.provider, self.model, self.hops = last.provider, last.model, last.hop
 
     def headers(self, auth: AuthConfig, err: OLPError | None = None) -> list[tuple[bytes, bytes]]:
-        headers = [
-            (b"x-olp-request-id", self.request_id.encode()),
-            (b"x-olp-provider-used", self.provider.encode()),
-            (b"x-olp-model-used", _ascii(self.model)),
-            (b"x-olp-fallback-hops", str(self.hops).encode()),
-            (b"x-olp-cache", self.cache.encode()),
-            (b"x-olp-latency-ms", str(self.latency_ms()).encode()),
+        values = [
+            (b"x-olp-request-id", self.request_id),
+            (b"x-olp-provider-used", self.provider),
+            (b"x-olp-model-used", self.model),
+            (b"x-olp-fallback-hops", str(self.hops)),
+            (b"x-olp-cache", self.cache),
+            (b"x-olp-latency-ms", str(self.latency_ms())),
         ]
         if self.exhausted:
-            headers.append((b"x-olp-fallback-exhausted", ",".join(self.exhausted).encode()))
+            values.append((b"x-olp-fallback-exhausted", ",".join(self.exhausted)))
         if self.failures and self._may_see_detail(auth):
-            headers.append((b"x-olp-fallback-detail", fallback_detail(self.failures)))
+            values.append((b"x-olp-fallback-detail", fallback_detail(self.failures)))
         if err is not None and err.retry_after is not None:
-            headers.append((b"retry-after", str(max(1, math.ceil(err.retry_after))).encode()))
-        return headers
+            values.append((b"retry-after", str(max(1, math.ceil(err.retry_after)))))
+        return [(name, header_value(value)) for name, value in values]
 
     def _may_see_detail(self, auth: AuthConfig) -> bool:
         policy = auth.fallback_detail_header_policy
@@ -75,7 +77,7 @@ class ResponseMeta:
         return policy == "owner_only" and self.identity is not None and self.identity.is_owner
 
 
-def fallback_detail(failures: tuple[HopFailure, ...]) -> bytes:
+def fallback_detail(failures: tuple[HopFailure, ...]) -> str:
     """JSON list of failed hops, ASCII-only and at most 4 KB (tail dropped, with a marker)."""
     items = [
         {
@@ -92,13 +94,18 @@ def fallback_detail(failures: tuple[HopFailure, ...]) -> bytes:
         shown = items[:kept]
         if kept < len(items):
             shown = [*shown, {"truncated": True, "omitted_hops": len(items) - kept}]
-        # ensure_ascii escapes non-ASCII (and \r\n become \\r\\n): safe as a header value.
+        # ensure_ascii escapes non-ASCII and control characters: header_value keeps it as is.
         text = json.dumps(shown, ensure_ascii=True, separators=(",", ":"))
         if len(text) <= _DETAIL_LIMIT:
-            return text.encode("ascii")
-    return b"[]"
+            return text
+    return "[]"
 
 
-def _ascii(value: str) -> bytes:
+def header_value(value: str) -> bytes:
+    """`value` as a valid HTTP header value: printable ASCII, everything else escaped.
+
+    Every header built from request or upstream data goes through here: a raw control
+    character would make the server drop the response, and CR/LF would forge headers.
+    """
     raw = value.encode("ascii", "backslashreplace")
-    return raw.replace(b"\r", b"\\r").replace(b"\n", b"\\n")
+    return _CONTROL.sub(lambda m: b"\\x%02x" % m[0][0], raw)

@@ -126,6 +126,13 @@ def _providers(out: _Text, ctx: AppContext) -> None:
     out.labelled(
         "olp_cli_active_spawns", "gauge", "CLI child processes running.", "provider", spawns
     )
+    out.labelled(
+        "olp_provider_queued_requests_total",
+        "counter",
+        "Requests that waited for a free max_concurrent slot before they were sent.",
+        "provider",
+        _queued(ctx),
+    )
     out.family("olp_provider_state", "gauge", "1 for the provider's current state.")
     for e in entries:
         for state in _STATES:
@@ -147,6 +154,17 @@ def _providers(out: _Text, ctx: AppContext) -> None:
     )
     for window, value in _quota_rows(ctx):
         out.sample("olp_quota_utilisation_ratio", window, value)
+
+
+def _queued(ctx: AppContext) -> dict[str, float]:
+    """Per provider that counts them (HTTP providers), duck-typed like the CLI spawns:
+    the server does not depend on one provider type's internals."""
+    counts: dict[str, float] = {}
+    for name, provider in ctx.providers.items():
+        queued = getattr(provider, "queued_requests", None)
+        if isinstance(queued, int):
+            counts[name] = queued
+    return counts
 
 
 def _quota_rows(ctx: AppContext) -> list[tuple[Labels, float]]:

@@ -7,20 +7,25 @@ of integers and numbers (bool is a subclass of int) at the cost of one compariso
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, TypeVar
 
 from olp.errors import InvalidRequest
 
 __all__ = [
+    "MAX_NESTING",
     "as_bool",
     "as_int",
     "as_number",
     "as_object",
     "as_str",
+    "bounded",
     "invalid",
     "kind",
     "show",
 ]
+
+_T = TypeVar("_T")
 
 _KINDS: dict[type, str] = {
     bool: "boolean",
@@ -31,6 +36,13 @@ _KINDS: dict[type, str] = {
     dict: "object",
     type(None): "null",
 }
+
+
+# Free-form JSON a client passes through (tool schemas, response formats, pass-through
+# options) is re-serialised later, for the upstream request and the cache key, by orjson,
+# which refuses more than 254 levels. The client's part gets half of that, so the envelope
+# around it always fits; deeper input is refused here, naming the field.
+MAX_NESTING = 128
 
 
 def invalid(path: str, problem: str) -> InvalidRequest:
@@ -94,6 +106,9 @@ def _int_range(lo: int | None, hi: int | None) -> str:
 
 def _got(value: object) -> str:
     t = type(value)
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 2**63:
+        # JSON integers beyond 64 bits arrive as floats: show the integer that was sent.
+        return f" (got {int(value)})"
     if t is int or t is float:
         return f" (got {value!r})"
     return f" (got {kind(value)})"
@@ -101,3 +116,23 @@ def _got(value: object) -> str:
 
 def _fmt(bound: float) -> str:
     return str(int(bound)) if bound == int(bound) else str(bound)
+
+
+def bounded(value: _T, path: str) -> _T:
+    """`value`, if its objects and arrays nest at most `MAX_NESTING` levels deep."""
+    # Iterative: the parser accepts 1,024 levels, deeper than Python's recursion limit.
+    stack: list[tuple[object, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if type(node) is dict:
+            children: Iterable[object] = node.values()
+        elif type(node) is list:
+            children = node
+        else:
+            continue
+        if depth > MAX_NESTING:
+            raise invalid(
+                path, f"nested too deeply (more than {MAX_NESTING} levels of objects and arrays)"
+            )
+        stack.extend((child, depth + 1) for child in children)
+    return value

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import orjson
 
 from olp.ir import ContentPart, ImagePart, Message, TextPart, ToolCall
-from olp.wire.openai_chat._checks import invalid, kind, show
+from olp.wire.openai_chat._checks import bounded, invalid, kind, show
 
 __all__ = ["legacy_call_id", "parse_messages"]
 
@@ -253,5 +253,5 @@ def _name_and_arguments(fn: dict[str, Any], path: str) -> tuple[str, str]:
         return name, arguments
     # Some clients echo arguments back decoded; the IR keeps the JSON text models emit.
     if type(arguments) is dict:
-        return name, orjson.dumps(arguments).decode()
+        return name, orjson.dumps(bounded(arguments, f"{path}.arguments")).decode()
     raise invalid(f"{path}.arguments", f"required (a string of JSON; got {kind(arguments)})")

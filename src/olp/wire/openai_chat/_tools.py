@@ -6,7 +6,15 @@ import re
 from typing import Any, Literal
 
 from olp.ir import NamedToolChoice, ResponseFormat, Tool, ToolChoice
-from olp.wire.openai_chat._checks import as_bool, as_object, as_str, invalid, kind, show
+from olp.wire.openai_chat._checks import (
+    as_bool,
+    as_object,
+    as_str,
+    bounded,
+    invalid,
+    kind,
+    show,
+)
 
 __all__ = ["parse_response_format", "parse_tool_choice", "parse_tools"]
 
@@ -69,7 +77,7 @@ def _function(fn: dict[str, Any], path: str) -> Tool:
         description = as_str(description, f"{path}.description")
     parameters = fn.get("parameters")
     if parameters is not None:
-        parameters = as_object(parameters, f"{path}.parameters")
+        parameters = bounded(as_object(parameters, f"{path}.parameters"), f"{path}.parameters")
     strict = fn.get("strict")
     if strict is not None:
         strict = as_bool(strict, f"{path}.strict")
@@ -143,6 +151,8 @@ def parse_response_format(value: object) -> ResponseFormat:
     spec = fmt.get("json_schema")
     if type(spec) is not dict:
         raise invalid("response_format.json_schema", f"required (an object; got {kind(spec)})")
+    for key, value in spec.items():  # the whole object goes upstream, known keys or not
+        bounded(value, f"response_format.json_schema.{key}")
     name = spec.get("name")
     if type(name) is not str or not name:
         raise invalid("response_format.json_schema.name", "required (a non-empty string)")

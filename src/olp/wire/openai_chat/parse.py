@@ -13,6 +13,7 @@ error paths built only when failing. Rules a caller may notice:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -26,8 +27,10 @@ from olp.wire.openai_chat._checks import (
     as_number,
     as_object,
     as_str,
+    bounded,
     invalid,
     kind,
+    show,
 )
 from olp.wire.openai_chat._messages import parse_messages
 from olp.wire.openai_chat._tools import parse_response_format, parse_tool_choice, parse_tools
@@ -35,6 +38,10 @@ from olp.wire.openai_chat._tools import parse_response_format, parse_tool_choice
 __all__ = ["parse_chat_request"]
 
 _MAX_STOP = 4
+# A signed 64-bit integer, as OpenAI's API defines `seed`.
+_SEED_RANGE = (-(2**63), 2**63 - 1)
+# Unicode's control characters (category Cc): C0, DEL and C1.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _T = TypeVar("_T")
 
 
@@ -50,9 +57,7 @@ def parse_chat_request(body: bytes) -> ChatRequest:
 
 def _request(obj: dict[str, Any]) -> ChatRequest:
     get = obj.get
-    model = get("model")
-    if type(model) is not str or not model:
-        raise invalid("model", "required (a non-empty string)")
+    model = _model(get("model"))
     messages = parse_messages(get("messages"))
     if _OPTIONAL.isdisjoint(obj):
         # The most common request: nothing else to check, and the defaults are right.
@@ -76,10 +81,20 @@ def _request(obj: dict[str, Any]) -> ChatRequest:
         max_tokens=max_tokens,
         max_tokens_field=max_tokens_field,
         stop=_stop(get("stop")),
-        seed=_opt(get("seed"), as_int, "seed"),
+        seed=_opt(get("seed"), _seed, "seed"),
         user=_opt(get("user"), as_str, "user"),
         extra=_extra(obj),
     )
+
+
+def _model(value: object) -> str:
+    if type(value) is not str or not value:
+        raise invalid("model", "required (a non-empty string)")
+    # A model name ends up in response headers, logs and upstream requests: control
+    # characters there would break the response or forge a header, so they are refused.
+    if _CONTROL.search(value):
+        raise invalid("model", f"must not contain control characters (got {show(value)})")
+    return value
 
 
 def _opt(value: object, check: Callable[[object, str], _T], path: str) -> _T | None:
@@ -136,6 +151,10 @@ def _stop(value: object) -> tuple[str, ...]:
     for i, item in enumerate(value):
         as_str(item, f"stop[{i}]")
     return tuple(s for s in value if s)
+
+
+def _seed(value: object, path: str) -> int:
+    return as_int(value, path, *_SEED_RANGE)
 
 
 def _penalty(value: object, path: str) -> float:
@@ -201,5 +220,5 @@ def _extra(obj: dict[str, Any]) -> dict[str, Any]:
     for key, check in _EXTRAS:
         value = obj.get(key)
         if value is not None:
-            extra[key] = check(value, key)
+            extra[key] = bounded(check(value, key), key)
     return extra
