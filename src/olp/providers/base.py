@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
+from olp.registry.known import KnownApi, KnownCli
 
 __all__ = [
     "Capabilities",
@@ -124,3 +125,8 @@ class ProviderPlugin:
     summary: str = ""
     # Environment variable conventionally holding this type's API key, if any.
     default_api_key_env: str | None = None
+    # What finds this type without a config file (`olp.registry.known`): the subscription
+    # CLI it drives, or the well-known servers of its API. Detection, `olp setup` and
+    # `olp doctor` read these facts from here and nowhere else.
+    cli: KnownCli | None = None
+    apis: tuple[KnownApi, ...] = ()

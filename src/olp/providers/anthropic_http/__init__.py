@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from olp.providers.anthropic_http.provider import AnthropicHttpProvider
 from olp.providers.base import ProviderPlugin
+from olp.registry.known import KnownApi
 
 __all__ = ["AnthropicHttpProvider", "plugin"]
 
@@ -12,4 +13,14 @@ plugin = ProviderPlugin(
     factory=AnthropicHttpProvider,
     summary="Anthropic Messages API: POST {base_url}/v1/messages",
     default_api_key_env="ANTHROPIC_API_KEY",
+    apis=(
+        KnownApi(
+            name="anthropic",
+            key_env="ANTHROPIC_API_KEY",
+            base_url="https://api.anthropic.com",
+            models=("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
+            default_model="claude-sonnet-4-5",
+            base_url_env="ANTHROPIC_BASE_URL",
+        ),
+    ),
 )

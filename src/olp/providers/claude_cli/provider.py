@@ -46,10 +46,10 @@ class ClaudeCliProvider(CliProvider):
         return await self._health_logged_in(
             files=[src for src, _ in translate.CREDENTIALS],
             env_names=translate.CREDENTIAL_ENV,
-            missing="no ~/.claude/.credentials.json, no API key in env",
+            missing=f"no ~/{translate.CREDENTIALS[0][0]}, no API key in env",
             fix=(
-                "run `claude` once and log in with /login (or run `claude setup-token` and "
-                f"set providers.{self.name}.env.CLAUDE_CODE_OAUTH_TOKEN)"
+                f"{translate.LOGIN_HINT}; a setup token goes in "
+                f"providers.{self.name}.env.CLAUDE_CODE_OAUTH_TOKEN"
             ),
         )
 
