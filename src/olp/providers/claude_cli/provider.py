@@ -28,7 +28,6 @@ class ClaudeCliProvider(CliProvider):
             translate.DROPS, quota_signals=("five_hour",), reports_cost=True
         )
         self._rate_limit: RateLimitInfo | None = None
-        self._rate_limit_at = 0.0
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(request, self._config.timeouts)
@@ -40,7 +39,6 @@ class ClaudeCliProvider(CliProvider):
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info
-        self._rate_limit_at = time.time()
 
     async def health(self) -> ProviderHealth:
         return await self._health_logged_in(

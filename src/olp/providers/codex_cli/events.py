@@ -59,10 +59,6 @@ class AppServerTurn:
         """What to write to stdin at spawn time."""
         return translate.initialize()
 
-    @property
-    def has_content(self) -> bool:
-        return self._content
-
     def feed(self, line: bytes) -> tuple[list[Event], bytes]:
         """Events for one stdout line, and the bytes to write back (may be empty)."""
         if self.done or not line.strip():
