@@ -1,4 +1,4 @@
-"""The provider contract (DESIGN §2).
+"""The provider contract (docs/design.md §2).
 
 A provider turns one `ChatRequest` into a stream of IR events for one model, or raises
 `ProviderError` with a taxonomy code. It knows nothing about chains, caches, keys or the
@@ -40,7 +40,7 @@ class Capabilities:
     max_concurrent: int | None = None
     cacheable: bool = True
     # Honours Anthropic `cache_control` prompt-caching markers: OLP's own cache steps aside
-    # for requests that carry them (DESIGN §7).
+    # for requests that carry them (docs/design.md §7).
     prompt_cache_markers: bool = False
     # Request features this provider cannot honour and drops (shown by `olp doctor`).
     drops: tuple[str, ...] = ()

@@ -17,7 +17,7 @@ __all__ = ["ClaudeCliProvider"]
 
 
 class ClaudeCliProvider(CliProvider):
-    """A Claude subscription (or key) through `claude -p` (cli-formats.md §1)."""
+    """A Claude subscription (or key) through `claude -p` (tests/fixtures/cli/README.md §1)."""
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(

@@ -1,5 +1,5 @@
 """`claude-cli` translation (pure): request → invocation, stdout lines → IR events,
-failures → the taxonomy. The formats are in cli-formats.md §1."""
+failures → the taxonomy. The formats are in tests/fixtures/cli/README.md §1."""
 
 from __future__ import annotations
 

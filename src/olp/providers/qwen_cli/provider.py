@@ -16,9 +16,10 @@ __all__ = ["QwenCliProvider"]
 
 
 class QwenCliProvider(CliProvider):
-    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json (cli-formats.md §5).
+    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json
+    (tests/fixtures/cli/README.md §5).
 
-    No `quota()`: Qwen Code reports no quota figures headless (cli-formats.md §8).
+    No `quota()`: Qwen Code reports no quota figures headless (tests/fixtures/cli/README.md §6).
     """
 
     def __init__(self, config: ProviderConfig) -> None:

@@ -1,5 +1,5 @@
 """`qwen-cli` translation (pure): request → invocation, stdout lines → IR events,
-failures → the taxonomy. Qwen Code's stream-json is Claude Code's (cli-formats.md §5),
+failures → the taxonomy. Qwen Code's stream-json is Claude Code's (tests/fixtures/cli/README.md §5),
 with one trap: an API failure is reported as a *successful* answer whose text is
 `[API Error: 401 …]`, exit status 0. So the start of every answer is held back until it
 cannot be such a text, and those answers become errors, never content."""
