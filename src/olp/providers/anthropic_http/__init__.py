@@ -12,11 +12,11 @@ plugin = ProviderPlugin(
     type="anthropic-http",
     factory=AnthropicHttpProvider,
     summary="Anthropic Messages API: POST {base_url}/v1/messages",
-    default_api_key_env="ANTHROPIC_API_KEY",
+    default_api_key_env=AnthropicHttpProvider.default_api_key_env,
     apis=(
         KnownApi(
             name="anthropic",
-            key_env="ANTHROPIC_API_KEY",
+            key_env=AnthropicHttpProvider.default_api_key_env,
             base_url="https://api.anthropic.com",
             models=("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"),
             default_model="claude-sonnet-4-5",

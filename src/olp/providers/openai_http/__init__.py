@@ -13,11 +13,11 @@ plugin = ProviderPlugin(
     type="openai-http",
     factory=OpenAIHttpProvider,
     summary="Any OpenAI-compatible server: POST {base_url}/chat/completions",
-    default_api_key_env="OPENAI_API_KEY",
+    default_api_key_env=OpenAIHttpProvider.default_api_key_env,
     apis=(
         KnownApi(
             name="openai",
-            key_env="OPENAI_API_KEY",
+            key_env=OpenAIHttpProvider.default_api_key_env,
             base_url="https://api.openai.com/v1",
             models=("gpt-4o", "gpt-4o-mini", "gpt-4.1", "gpt-4.1-mini", "gpt-5", "gpt-5-mini"),
             default_model="gpt-5",
