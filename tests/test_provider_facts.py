@@ -11,7 +11,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from olp.cli.setup_plan import FoundCli, Machine, candidates, default_plan
+from olp.cli.setup_plan import FAMILIES, FoundCli, Machine, candidates, default_plan
 from olp.config import load_config
 from olp.providers.loader import known_providers, load_plugins
 from olp.registry import load_registry
@@ -117,3 +117,15 @@ def test_doctor_shows_the_plugins_login_files_and_hint(tmp_path: Path) -> None:
     assert f"~/{cli.credential_files[0]}" in checks["credentials"]["detail"]
     assert not checks["reachable"]["ok"]
     assert checks["reachable"]["fix"].startswith(cli.login_hint)
+
+
+def test_setups_default_chains_name_providers_the_plugins_declare() -> None:
+    clis = {cli.name for _, cli in KNOWN.clis}
+    declared = {cli.name: cli.models for _, cli in KNOWN.clis}
+    declared |= {api.name: api.models for _, api in KNOWN.apis}
+    for family, hops in FAMILIES:
+        for provider, model in hops:
+            assert provider in declared, (family, provider)
+            # A subscription's hop serves a model its plugin declares (APIs take any model).
+            if provider in clis:
+                assert model in declared[provider], (family, provider, model)
