@@ -1,9 +1,10 @@
 """The markdown report: machine, budget verdicts, generator check, the full table.
 
-The general budget thresholds live here; the issues' own are in `bench.issue_lines`. DESIGN
-§9 gives reference points (a minimal passthrough adds ~0.4 ms at p50; LiteLLM adds ~12 ms
-and does ~1/80 of the passthrough's throughput) and the rule "OLP must stay close to the
-passthrough"; the numbers below are this benchmark's reading of "close".
+The general budget thresholds live here; the issues' own are in `bench.issue_lines`.
+docs/design.md §9 gives reference points (a minimal passthrough adds ~0.4 ms at p50;
+LiteLLM adds ~12 ms and does ~1/80 of the passthrough's throughput) and the rule "OLP
+must stay close to the passthrough"; the numbers below are this benchmark's reading of
+"close".
 """
 
 from __future__ import annotations
@@ -161,12 +162,12 @@ def render(info: RunInfo, cells: list[Cell]) -> str:
         "- Everything (generator, upstream, proxy) shares the same cores: read throughput as "
         "relative, side by side, not as what a dedicated host would do.",
         "",
-        "## Budget (DESIGN §9)",
+        "## Budget (docs/design.md §9)",
         "",
-        "DESIGN §9 reference points: a minimal passthrough does ~6,500 req/s non-streaming and "
-        "~6,000 streams/s at 64 connections on 2 cores, adding ~0.4 ms at p50; LiteLLM 1.110 "
-        "does ~80 req/s and ~30 streams/s, adding ~12 ms. OLP must stay close to the "
-        "passthrough.",
+        "Reference points (docs/design.md §9): a minimal passthrough does ~6,500 req/s "
+        "non-streaming and ~6,000 streams/s at 64 connections on 2 cores, adding ~0.4 ms "
+        "at p50; LiteLLM 1.110 does ~80 req/s and ~30 streams/s, adding ~12 ms. OLP must "
+        "stay close to the passthrough.",
         "",
         *budget_lines(cells),
         "",

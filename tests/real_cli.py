@@ -2,7 +2,7 @@
 
     claude = real_cli("claude")          # RealCli(command=..., path=..., model=...)
 
-Each CLI is installed at the version its captures were made with (cli-formats.md) into
+Each CLI is installed at the version its captures were made with (tests/fixtures/cli/README.md) into
 `~/.cache/olp-test-clis/<package>@<version>` (`$OLP_TEST_CLI_CACHE` overrides the root),
 under a lock and through a temporary directory renamed into place, so an interrupted or
 concurrent install is never used. Later runs only check the binary answers `--version`.

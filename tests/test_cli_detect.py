@@ -5,8 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from olp.config import load_config
+from olp.providers.loader import known_providers, load_plugins
+from olp.registry import load_registry
 
 from fakes.cli import install
+
+KNOWN = known_providers(load_plugins(), load_registry())
 
 
 def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
@@ -26,7 +30,7 @@ def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
         "LANG": "C.UTF-8",
         "OLP_OWNER_TOKEN": "secret",
     }
-    config = load_config(env, detect_local_servers=False)
+    config = load_config(env, known=KNOWN, detect_local_servers=False)
     claude = config.providers["claude"]
     assert claude.type == "claude-cli"
     assert claude.command == str(bin_dir / "claude")
@@ -44,6 +48,6 @@ def test_logged_in_cli_on_path_is_detected(tmp_path: Path) -> None:
 def test_cli_without_login_is_only_a_note(tmp_path: Path) -> None:
     bin_dir = install(tmp_path / "bin", "claude")
     env = {"OLP_HOME": str(tmp_path / "olp"), "PATH": str(bin_dir), "HOME": str(tmp_path)}
-    config = load_config(env, detect_local_servers=False)
+    config = load_config(env, known=KNOWN, detect_local_servers=False)
     assert "claude" not in config.providers
     assert any("~/.claude/.credentials.json" in note for note in config.notes)

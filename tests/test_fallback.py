@@ -1,4 +1,4 @@
-"""Every row of the trigger table (DESIGN §5), end to end: real OLP, real fake upstreams."""
+"""Every row of the trigger table (docs/design.md §5), end to end: real OLP, real fake upstreams."""
 
 from __future__ import annotations
 

@@ -309,7 +309,7 @@ def test_error_frame_inside_an_answer(error: Any) -> None:
     assert _sane_time(found.retry_after) and _sane_time(found.reset_at)
 
 
-# How CLIs word a reset (cli-formats.md §1.9, §8), with any numbers and zone names.
+# How CLIs word a reset (tests/fixtures/cli/README.md §1.9, §6), with any numbers and zone names.
 reset_texts = st.one_of(
     st.from_regex(r"limit reached\|[0-9]{9,11}", fullmatch=True),
     st.from_regex(r"try again in ([0-9]{1,25}d )?([0-9]{1,25}h )?[0-9]{1,25}m", fullmatch=True),

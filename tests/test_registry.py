@@ -9,7 +9,7 @@ import pytest
 
 from olp.registry import RISK_TIERS, Registry, load_registry, registry_from_json
 
-# Provider types named in DESIGN §3 (copied here: tests never read ../shared).
+# Provider types named in docs/design.md §3.
 DESIGN_TYPES = (
     "openai-http",
     "anthropic-http",

@@ -33,21 +33,13 @@ from olp.cli.setup_plan import (
 )
 from olp.cli.setup_render import render_config
 from olp.config import Config, load_config
-from olp.providers.loader import load_plugins
+from olp.providers.loader import known_providers, load_plugins
 from olp.registry import load_registry
 
 REGISTRY = load_registry()
-ALL_TYPES = frozenset(
-    (
-        "openai-http",
-        "anthropic-http",
-        "claude-cli",
-        "codex-cli",
-        "vibe-cli",
-        "gemini-cli",
-        "qwen-cli",
-    )
-)
+PLUGINS = load_plugins()
+KNOWN = known_providers(PLUGINS, REGISTRY)
+CLI_FACTS = dict(KNOWN.clis)
 
 
 def cli(
@@ -55,6 +47,7 @@ def cli(
 ) -> FoundCli:
     return FoundCli(
         type=type_,
+        facts=CLI_FACTS[type_],
         path=f"/usr/bin/{type_.removesuffix('-cli')}",
         version="1.0",
         works=works,
@@ -85,7 +78,7 @@ def hops(chain: list[dict[str, str]]) -> list[str]:
 
 
 def test_nothing_found_gives_an_empty_valid_config_and_says_what_to_do(tmp_path: Path) -> None:
-    plan = default_plan(Machine(), ALL_TYPES, REGISTRY)
+    plan = default_plan(Machine(), KNOWN, REGISTRY)
     assert plan.config["providers"] == {}
     assert plan.config["routing"]["chains"] == {}
     assert plan.providers == ()
@@ -97,7 +90,7 @@ def test_nothing_found_gives_an_empty_valid_config_and_says_what_to_do(tmp_path:
 
 
 def test_only_openai_key(tmp_path: Path) -> None:
-    plan = default_plan(Machine(api_keys=("OPENAI_API_KEY",)), ALL_TYPES, REGISTRY)
+    plan = default_plan(Machine(api_keys=("OPENAI_API_KEY",)), KNOWN, REGISTRY)
     assert plan.config["providers"] == {
         "openai": {
             "type": "openai-http",
@@ -122,7 +115,7 @@ def test_claude_codex_anthropic_and_ollama(tmp_path: Path) -> None:
         api_keys=("ANTHROPIC_API_KEY",),
         servers=(OLLAMA,),
     )
-    plan = default_plan(machine, ALL_TYPES, REGISTRY)
+    plan = default_plan(machine, KNOWN, REGISTRY)
     assert list(plan.config["providers"]) == ["claude", "codex", "anthropic", "ollama"]
     assert plan.config["providers"]["ollama"] == {
         "type": "openai-http",
@@ -157,7 +150,7 @@ def test_openrouter_is_the_last_hop_of_every_family(tmp_path: Path) -> None:
         clis=(cli("claude-cli"), cli("vibe-cli")),
         api_keys=("OPENROUTER_API_KEY", "MISTRAL_API_KEY", "ANTHROPIC_API_KEY"),
     )
-    plan = default_plan(machine, ALL_TYPES, REGISTRY)
+    plan = default_plan(machine, KNOWN, REGISTRY)
     chains = {name: hops(c) for name, c in plan.chains.items()}
     assert chains["sonnet"] == [
         "claude/claude-sonnet-4-5",
@@ -177,7 +170,7 @@ def test_openrouter_is_the_last_hop_of_every_family(tmp_path: Path) -> None:
 
 def test_risk_tiers_b_and_c_are_never_added_by_yes() -> None:
     machine = Machine(clis=(cli("claude-cli"), cli("gemini-cli"), cli("qwen-cli")))
-    plan = default_plan(machine, ALL_TYPES, REGISTRY)
+    plan = default_plan(machine, KNOWN, REGISTRY)
     assert list(plan.config["providers"]) == ["claude"]
     assert "gemini-pro" not in plan.chains
     assert "qwen-coder" not in plan.chains
@@ -186,14 +179,14 @@ def test_risk_tiers_b_and_c_are_never_added_by_yes() -> None:
     assert "gemini (gemini-cli) found but not added: risk tier C" in notes
     assert "without --yes" in notes
     # They are still candidates: the interactive wizard asks about them.
-    found, _ = candidates(machine, ALL_TYPES, REGISTRY)
+    found, _ = candidates(machine, KNOWN, REGISTRY)
     qwen = next(c for c in found if c.name == "qwen")
     assert qwen.tier == "B" and qwen.needs_consent and not qwen.default_on
     assert not next(c for c in found if c.name == "gemini").default_on
 
 
 def test_choosing_a_tier_b_provider_records_consent(tmp_path: Path) -> None:
-    found, _ = candidates(Machine(clis=(cli("qwen-cli"),)), ALL_TYPES, REGISTRY)
+    found, _ = candidates(Machine(clis=(cli("qwen-cli"),)), KNOWN, REGISTRY)
     config = build_config(found, plan_chains(found))
     assert config["providers"]["qwen"]["consent"] is True
     assert hops(config["routing"]["chains"]["qwen-coder"]) == ["qwen/qwen3-coder-plus"]
@@ -208,7 +201,8 @@ def test_unusable_clis_are_left_out_with_the_fix() -> None:
             cli("vibe-cli"),
         )
     )
-    plan = default_plan(machine, frozenset(ALL_TYPES - {"vibe-cli"}), REGISTRY)
+    without_vibe = {t: p for t, p in PLUGINS.items() if t != "vibe-cli"}
+    plan = default_plan(machine, known_providers(without_vibe, REGISTRY), REGISTRY)
     assert plan.config["providers"] == {}
     notes = "\n".join(plan.notes)
     assert "claude found, but not logged in: run `claude` once and log in" in notes
@@ -219,13 +213,13 @@ def test_unusable_clis_are_left_out_with_the_fix() -> None:
 
 def test_login_that_cannot_be_checked_is_kept() -> None:
     # macOS keeps Claude Code's login in the Keychain: setup cannot see it, doctor can.
-    plan = default_plan(Machine(clis=(cli("claude-cli", login="unknown"),)), ALL_TYPES, REGISTRY)
+    plan = default_plan(Machine(clis=(cli("claude-cli", login="unknown"),)), KNOWN, REGISTRY)
     assert list(plan.config["providers"]) == ["claude"]
 
 
 def test_login_by_variable_is_passed_to_the_child(tmp_path: Path) -> None:
     machine = Machine(clis=(cli("claude-cli", env=("CLAUDE_CODE_OAUTH_TOKEN",)),))
-    plan = default_plan(machine, ALL_TYPES, REGISTRY)
+    plan = default_plan(machine, KNOWN, REGISTRY)
     entry = plan.config["providers"]["claude"]
     assert entry["env"] == {"CLAUDE_CODE_OAUTH_TOKEN": "${CLAUDE_CODE_OAUTH_TOKEN}"}
     config = loads(plan.config, tmp_path, {"CLAUDE_CODE_OAUTH_TOKEN": "tok"})
@@ -235,7 +229,7 @@ def test_login_by_variable_is_passed_to_the_child(tmp_path: Path) -> None:
 def test_local_servers_without_models_get_no_hop(tmp_path: Path) -> None:
     empty = FoundServer("ollama", "Ollama", "http://127.0.0.1:11434/v1", ())
     lms = FoundServer("lmstudio", "LM Studio", "http://127.0.0.1:1234/v1", ("phi-4",))
-    plan = default_plan(Machine(servers=(empty, lms)), ALL_TYPES, REGISTRY)
+    plan = default_plan(Machine(servers=(empty, lms)), KNOWN, REGISTRY)
     assert list(plan.config["providers"]) == ["ollama", "lmstudio"]
     assert "models" not in plan.config["providers"]["ollama"]
     assert {n: hops(c) for n, c in plan.chains.items()} == {
@@ -256,7 +250,7 @@ def test_family_models_are_in_the_registry() -> None:
 
 def test_render_config_is_the_same_json() -> None:
     machine = Machine(clis=(cli("claude-cli"),), api_keys=("OPENAI_API_KEY",), servers=(OLLAMA,))
-    config = default_plan(machine, ALL_TYPES, REGISTRY).config
+    config = default_plan(machine, KNOWN, REGISTRY).config
     text = render_config(config)
     assert orjson.loads(text) == config
     assert b'{"provider": "claude", "model": "claude-sonnet-4-5"}' in text

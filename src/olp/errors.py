@@ -14,7 +14,7 @@
     ├── UnsupportedMediaType      415 unsupported_media_type
     ├── KeyLimitExceeded          429 key_limit_exceeded (+ Retry-After)
     ├── NoProviderAvailable       503 no_provider_available (every provider disabled)
-    ├── ProviderError             one failed hop; `failure` is the taxonomy code (DESIGN §5)
+    ├── ProviderError             one failed hop; `failure` is the taxonomy code (docs/design.md §5)
     └── ChainFailed               every hop failed or was skipped; carries each attempt
 
 Errors carry data, not prose for the wire: `olp.wire` turns any of them into OpenAI's
@@ -163,7 +163,7 @@ class KeyLimitExceeded(OLPError):
 
 
 class Failure(enum.StrEnum):
-    """The trigger taxonomy of DESIGN §5. What each one *does* lives in engine.classify."""
+    """The trigger taxonomy of docs/design.md §5. What each one *does* lives in engine.classify."""
 
     RATE_LIMITED = "RATE_LIMITED"
     QUOTA_EXHAUSTED = "QUOTA_EXHAUSTED"
@@ -250,7 +250,7 @@ class HopFailure:
 class ChainFailed(OLPError):
     """No hop served the request.
 
-    `shown` is the error the client sees: the first hop's on exhaustion (DESIGN §5 rule 5),
+    `shown` is the error the client sees: the first hop's on exhaustion (docs/design.md §5 rule 5),
     or the one that stopped the chain (auth failure, invalid request).
     """
 

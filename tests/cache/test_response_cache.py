@@ -168,7 +168,7 @@ def test_a_reload_changes_the_limits_but_not_whether_or_where_it_caches(tmp_path
 @pytest.mark.parametrize(
     "events",
     [
-        (TextDelta("cut"), Finish("length")),  # truncated, or salvaged (DESIGN §5 rule 4)
+        (TextDelta("cut"), Finish("length")),  # truncated, or salvaged (docs/design.md §5 rule 4)
         (TextDelta("no finish"),),
         (TextDelta("filtered"), Finish("content_filter")),
         (Usage(1, 0), Finish("stop")),  # no content at all

@@ -19,8 +19,7 @@ import orjson
 import pytest
 
 from olp.config import load_config
-from olp.config.load import CHILD_ENV_ALLOWLIST
-from olp.config.model import ProviderConfig
+from olp.config.model import CHILD_ENV_ALLOWLIST, ProviderConfig
 from olp.errors import Failure, ProviderError
 from olp.providers._subprocess import CliInvocation, CliProcess, CliRunner
 

@@ -1,7 +1,7 @@
 """codex-cli translation, pure: IR → argv/config.toml/JSON-RPC, and every captured
 `codex app-server` transcript → IR events, taxonomy code, reset time, quota snapshot.
 
-Captures: `app_server_*` from ../shared (codex 0.171, the research driver) and
+Captures (tests/fixtures/cli/codex): `app_server_*` from the research driver (codex 0.171) and
 `app_server_olp_*` made with capture_app_server.py (the provider's own handshake against
 ResponsesGeminiUpstream); `err_*`/`success_json` are `codex exec --json` transcripts,
 used for the error texts Codex prints.

@@ -1,6 +1,6 @@
 """gemini-cli translation, pure: IR → argv/settings.json/env, and every captured
 `gemini -p --output-format stream-json` run (stdout, stderr, exit status) → IR events or
-a taxonomy code with its reset time. Captures: gemini-cli 0.61.0, copied from ../shared."""
+a taxonomy code with its reset time. Captures: gemini-cli 0.61.0 (tests/fixtures/cli/gemini)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """vibe-cli translation, pure: IR → argv/config.toml/prompt, and every captured
 `vibe -p --output streaming` run (stdout, stderr, exit status, export.json) → IR events
-or a taxonomy code. Captures: mistral-vibe 3.0.2, copied from ../shared."""
+or a taxonomy code. Captures: mistral-vibe 3.0.2 (tests/fixtures/cli/vibe)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The ledger's records and its SQLite schema (`$OLP_HOME/ledger.db`).
 
-One row per request and one per hop attempt (DESIGN §8). Never message content: not the
+One row per request and one per hop attempt (docs/design.md §8). Never message content: not the
 prompt, not the answer, not an upstream error message (those can quote the prompt) —
 only names, codes, counts, money and times.
 """

@@ -1,6 +1,6 @@
 """What a request cost: real money, and what it would have cost at API list prices.
 
-Two figures per request, both attributed to the provider that answered (DESIGN §5 rule 6,
+Two figures per request, both attributed to the provider that answered (docs/design.md §5 rule 6,
 seed ADR-0014):
 
 - `api_cost_usd`: the API-equivalent cost — the provider's own figure when it reports one

@@ -48,7 +48,7 @@ CacheOutcome = Literal["hit", "miss", "bypass"]
 # direct: the cache is not involved at all.
 HopRole = Literal["stored", "leader", "follower", "direct"]
 # A refusal by the content filter may be transient; caching it for a day would be worse
-# than asking again. "length" is a truncated (or salvaged, DESIGN §5 rule 4) answer.
+# than asking again. "length" is a truncated (or salvaged, docs/design.md §5 rule 4) answer.
 _CACHEABLE_FINISH = frozenset({"stop", "tool_calls"})
 
 
@@ -72,7 +72,7 @@ class CacheHop:
 
 
 def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
-    """(lookup, store) for a request's `Cache-Control` header (DESIGN §7).
+    """(lookup, store) for a request's `Cache-Control` header (docs/design.md §7).
 
     `no-cache` (or `max-age=0`): do not answer from the cache, but store the fresh answer;
     `no-store`: neither.

@@ -15,6 +15,8 @@ from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.accounts.ledger_rows import MIGRATIONS
 from olp.config import Config, load_config
 from olp.errors import ConfigError, OLPError
+from olp.providers.loader import known_providers, load_plugins
+from olp.registry import load_registry
 from olp.storage import DatabaseError, open_database
 
 __all__ = ["existing_key_store", "fail", "load_or_exit", "read_ledger"]
@@ -44,7 +46,8 @@ def client_base_url(host: str, port: int) -> str:
 
 def load_or_exit(*, detect_local_servers: bool = True) -> Config:
     try:
-        return load_config(detect_local_servers=detect_local_servers)
+        known = known_providers(load_plugins(), load_registry())
+        return load_config(known=known, detect_local_servers=detect_local_servers)
     except ConfigError as exc:
         fail(str(exc), hint="fix the file, then run `olp config check`")
 

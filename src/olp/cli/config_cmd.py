@@ -115,7 +115,7 @@ def _report(
         "notes": list(config.notes),
         "providers": [describe_provider(p, registry) for p in config.providers.values()],
         "models": [asdict(r) for r in _routes(config, router, providers, pricing)],
-        # `provider/model` reaches any enabled provider directly (DESIGN §3, step 3).
+        # `provider/model` reaches any enabled provider directly (docs/design.md §3, step 3).
         "direct": sorted(providers),
         "warnings": [asdict(w) for w in _warnings(config, registry, providers)],
     }

@@ -180,7 +180,7 @@ async def _check_one(
         report.checks.append(Check("configured", False, f"unknown type {pconf.type!r}", fix))
         return report
     report.checks.append(Check("configured", True, f"{pconf.type}, enabled"))
-    report.checks.append(_credentials(pconf))
+    report.checks.append(_credentials(pconf, plugin))
     risk = _risk(pconf, tier, registry)
     if risk is not None:
         report.checks.append(risk)
@@ -188,12 +188,14 @@ async def _check_one(
     return report
 
 
-def _credentials(pconf: ProviderConfig) -> Check:
+def _credentials(pconf: ProviderConfig, plugin: ProviderPlugin) -> Check:
     var = pconf.api_key_env
+    if var is None and plugin.cli is not None:
+        # The provider's health (under "reachable") says whether the login is there.
+        files = " or ".join(f"~/{rel}" for rel in plugin.cli.credential_files)
+        return Check("credentials", True, f"the CLI's own login ({files}, or a key in env)")
     if var is None:
-        cli = pconf.type.endswith("-cli")
-        detail = "the CLI's own login" if cli else "none configured (fine if the server needs none)"
-        return Check("credentials", True, detail)
+        return Check("credentials", True, "none configured (fine if the server needs none)")
     if pconf.api_key:
         return Check("credentials", True, f"{var} is set")
     return Check("credentials", False, f"{var} is not set", credential_fix(var))

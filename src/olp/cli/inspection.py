@@ -19,7 +19,7 @@ import orjson
 from olp.config import Config, ConfigProblems, ProviderConfig, load_config, olp_home
 from olp.errors import ConfigError
 from olp.providers.base import Provider, ProviderPlugin
-from olp.providers.loader import load_plugins
+from olp.providers.loader import known_providers, load_plugins
 from olp.registry import Registry
 
 __all__ = [
@@ -66,8 +66,8 @@ def load_checked(registry: Registry, *, as_json: bool, strict_types: bool = True
     caller to report (`olp doctor` shows it as that provider's problem).
     """
     try:
-        config = load_config()
         plugins = load_plugins()
+        config = load_config(known=known_providers(plugins, registry))
     except ConfigError as exc:
         exit_with_problems(_problems(exc), as_json=as_json)
     unknown = unknown_types(config, plugins, registry) if strict_types else []

@@ -31,8 +31,10 @@ from olp.cli.setup_plan import (
 from olp.cli.setup_render import render_config
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
-from olp.providers.loader import load_plugins
+from olp.providers.base import ProviderPlugin
+from olp.providers.loader import known_providers, load_plugins
 from olp.registry import Registry, load_registry
+from olp.registry.known import Known
 
 __all__ = ["setup"]
 
@@ -86,12 +88,13 @@ def setup(yes: bool, force: bool, home: Path | None, port: int, no_local: bool) 
         click.echo(f"Kept {path}; nothing changed. `olp config check` shows what it does.")
         return
     click.echo("Looking at this machine:")
-    machine = detect_machine(env, lambda line: click.echo(f"  {line}"), probe_local=not no_local)
-    plugins, registry = _plugins(), load_registry()
+    registry = load_registry()
+    known = known_providers(_plugins(), registry)
+    machine = detect_machine(env, known, _progress, probe_local=not no_local)
     if yes:
-        plan = default_plan(machine, plugins, registry, port=port)
+        plan = default_plan(machine, known, registry, port=port)
     else:
-        plan = _ask(machine, plugins, registry, port)
+        plan = _ask(machine, known, registry, port)
     _show(plan)
     if not yes and not click.confirm(f"\nWrite {path}?", default=True):
         click.echo("Nothing written.")
@@ -124,9 +127,13 @@ def _may_replace(path: Path, *, yes: bool, force: bool) -> bool:
     )
 
 
-def _plugins() -> frozenset[str]:
+def _progress(line: str) -> None:
+    click.echo(f"  {line}")
+
+
+def _plugins() -> dict[str, ProviderPlugin]:
     try:
-        return frozenset(load_plugins())
+        return load_plugins()
     except Exception as exc:  # a broken third-party plugin: say which, never a traceback
         fail(
             f"cannot load the installed provider plugins: {exc}",
@@ -134,8 +141,8 @@ def _plugins() -> frozenset[str]:
         )
 
 
-def _ask(machine: Machine, plugins: frozenset[str], registry: Registry, port: int) -> Plan:
-    found, notes = candidates(machine, plugins, registry)
+def _ask(machine: Machine, known: Known, registry: Registry, port: int) -> Plan:
+    found, notes = candidates(machine, known, registry)
     for note in notes:
         click.echo(f"note: {note}")
     chosen = [c for c in found if _confirm_provider(c, registry)]
@@ -151,7 +158,7 @@ def _ask(machine: Machine, plugins: frozenset[str], registry: Registry, port: in
         )
         chains = {name: hops for name, hops in chains.items() if name in picked}
     port = click.prompt("Port for OLP", default=port, type=click.IntRange(1, 65535))
-    extra = () if chosen else (nothing_found_note(),)
+    extra = () if chosen else (nothing_found_note(known),)
     config = build_config(chosen, chains, port=port)
     return Plan(config, tuple(chosen), chains, extra)
 

@@ -1,8 +1,9 @@
 """`olp setup`, the looking part: CLIs on PATH and their logins, API-key variables, local
 servers. Every probe has a short timeout and reports one progress line as it goes.
 
-(`olp.config.detect` finds API keys and Ollama for a config-less start; setup looks
-further — CLIs, logins, vLLM/llama.cpp, LM Studio — so it has its own probes here.)
+(`olp.config.detect` finds API keys, Ollama and logged-in CLIs for a config-less start;
+setup looks further — CLI versions, logins by variable, vLLM/llama.cpp, LM Studio — so it
+has its own probes here. What to look for comes from the installed plugins: `Known`.)
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from typing import Any
 
 import orjson
 
-from olp.cli.setup_plan import CLI_SPECS, CliSpec, FoundCli, FoundServer, Login, Machine
-from olp.config.detect import KNOWN_API_KEYS
+from olp.cli.setup_plan import FoundCli, FoundServer, Login, Machine
+from olp.registry.known import Known, KnownCli
 
 __all__ = [
     "LOCAL_SERVERS",
@@ -45,12 +46,14 @@ _MAX_BODY = 2_000_000
 
 
 def detect_machine(
-    env: Mapping[str, str], progress: Progress, *, probe_local: bool = True
+    env: Mapping[str, str], known: Known, progress: Progress, *, probe_local: bool = True
 ) -> Machine:
-    clis = tuple(cli for spec in CLI_SPECS if (cli := _detect_cli(spec, env, progress)) is not None)
-    keys = tuple(api.env for api in KNOWN_API_KEYS if env.get(api.env))
+    clis = tuple(
+        cli for ptype, facts in known.clis if (cli := _detect_cli(ptype, facts, env, progress))
+    )
+    keys = tuple(api.key_env for _, api in known.apis if env.get(api.key_env))
     progress("checking API key variables… " + (f"set: {', '.join(keys)}" if keys else "none set"))
-    base_urls = _api_base_urls(env, keys, progress)
+    base_urls = _api_base_urls(env, known, keys, progress)
     servers: list[FoundServer] = []
     if probe_local:
         for label, where, kind in LOCAL_SERVERS:
@@ -67,12 +70,12 @@ def detect_machine(
 
 
 def _api_base_urls(
-    env: Mapping[str, str], keys: tuple[str, ...], progress: Progress
+    env: Mapping[str, str], known: Known, keys: tuple[str, ...], progress: Progress
 ) -> dict[str, str]:
     """API name -> the endpoint its SDK's base-URL variable names, for the APIs found."""
     base_urls: dict[str, str] = {}
-    for api in KNOWN_API_KEYS:
-        if api.env not in keys or api.base_url_env is None:
+    for _, api in known.apis:
+        if api.key_env not in keys or api.base_url_env is None:
             continue
         base_url, problem = api.endpoint(env)
         if problem:
@@ -83,21 +86,25 @@ def _api_base_urls(
     return base_urls
 
 
-def _detect_cli(spec: CliSpec, env: Mapping[str, str], progress: Progress) -> FoundCli | None:
-    path = shutil.which(spec.name, path=env.get("PATH") or None)
+def _detect_cli(
+    ptype: str, facts: KnownCli, env: Mapping[str, str], progress: Progress
+) -> FoundCli | None:
+    name = facts.command
+    path = shutil.which(name, path=env.get("PATH") or None)
     if path is None:
-        progress(f"checking {spec.name}… not on PATH")
+        progress(f"checking {name}… not on PATH")
         return None
     works, version = _version(path)
-    login, source, login_env = _login(spec, env)
+    login, source, login_env = _login(ptype, facts, env)
     if not works:
-        progress(f"checking {spec.name}… {path}: `--version` failed")
+        progress(f"checking {name}… {path}: `--version` failed")
     else:
         state = {"yes": "logged in", "no": "not logged in", "unknown": "login unknown"}[login]
         shown = f" ({source})" if source else ""
-        progress(f"checking {spec.name}… {path} {version or '(version unknown)'}, {state}{shown}")
+        progress(f"checking {name}… {path} {version or '(version unknown)'}, {state}{shown}")
     return FoundCli(
-        type=spec.type,
+        type=ptype,
+        facts=facts,
         path=path,
         version=version,
         works=works,
@@ -127,15 +134,17 @@ def _version(path: str) -> tuple[bool, str | None]:
     return True, (text.splitlines()[0][:80] if text else None)
 
 
-def _login(spec: CliSpec, env: Mapping[str, str]) -> tuple[Login, str, tuple[str, ...]]:
+def _login(
+    ptype: str, facts: KnownCli, env: Mapping[str, str]
+) -> tuple[Login, str, tuple[str, ...]]:
     home = Path(env.get("HOME") or Path.home())
-    for rel in spec.credential_files:
+    for rel in facts.credential_files:
         if (home / rel).is_file():
             return "yes", f"~/{rel}", ()
-    for var in spec.login_env:
+    for var in facts.login_env:
         if env.get(var):
             return "yes", var, (var,)
-    if spec.type == "claude-cli" and sys.platform == "darwin":
+    if ptype == "claude-cli" and sys.platform == "darwin":
         # Claude Code on macOS keeps its login in the Keychain, not in a file.
         return "unknown", "macOS Keychain", ()
     return "no", "", ()

@@ -2,25 +2,24 @@
 
 No I/O here: detection (`setup_detect`) fills a `Machine`, this module turns it into
 candidate providers, default chains per model family and the config document, so every
-rule is unit-tested without a real CLI, key or server.
+rule is unit-tested without a real CLI, key or server. What each provider type is called,
+serves and defaults to comes from its plugin (`Known`, `olp.registry.known`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from olp.config.detect import KNOWN_API_KEYS
 from olp.registry import Registry
+from olp.registry.known import Known, KnownApi, KnownCli
 
 __all__ = [
-    "CLI_SPECS",
     "DEFAULT_HOST",
     "DEFAULT_PORT",
     "FAMILIES",
     "Candidate",
-    "CliSpec",
     "FoundCli",
     "FoundServer",
     "Login",
@@ -38,69 +37,6 @@ DEFAULT_PORT = 3456
 Login = Literal["yes", "no", "unknown"]
 Kind = Literal["subscription", "api", "local"]
 
-
-@dataclass(frozen=True, slots=True)
-class CliSpec:
-    """A subscription CLI OLP can drive: where its login lives, and what it serves."""
-
-    type: str
-    name: str  # the provider name setup gives it, and the executable's usual name
-    product: str  # what the owner pays for, in words
-    # Files under HOME whose presence means "logged in" (any one of them).
-    credential_files: tuple[str, ...]
-    # Variables that log the CLI in too; passed to the child through the provider's
-    # `env` as `${VAR}`, because OLP scrubs a CLI child's environment.
-    login_env: tuple[str, ...]
-    login_hint: str  # how to log in
-    models: tuple[str, ...]  # declared in `models`, so plain names resolve to it
-    default_model: str  # its hop in the `default` chain
-
-
-CLI_SPECS: tuple[CliSpec, ...] = (
-    CliSpec(
-        "claude-cli", "claude", "Claude Pro/Max",
-        (".claude/.credentials.json",), ("CLAUDE_CODE_OAUTH_TOKEN",),
-        "run `claude` once and log in (or `claude setup-token`)",
-        ("claude-sonnet-4-5", "claude-opus-4-1", "claude-haiku-4-5"), "claude-sonnet-4-5",
-    ),
-    CliSpec(
-        "codex-cli", "codex", "ChatGPT",
-        (".codex/auth.json",), (),
-        "run `codex login`",
-        ("gpt-5", "gpt-5-codex"), "gpt-5",
-    ),
-    CliSpec(
-        "vibe-cli", "vibe", "Le Chat Pro",
-        (".vibe/.env",), (),
-        "run `vibe --setup`",
-        ("devstral-medium-latest", "mistral-large-latest"), "devstral-medium-latest",
-    ),
-    CliSpec(
-        "gemini-cli", "gemini", "Google account",
-        (".gemini/oauth_creds.json",), ("GEMINI_API_KEY",),
-        "run `gemini` once and choose 'Login with Google' (or set GEMINI_API_KEY)",
-        ("gemini-2.5-pro", "gemini-2.5-flash"), "gemini-2.5-pro",
-    ),
-    CliSpec(
-        "qwen-cli", "qwen", "Qwen Code",
-        (".qwen/oauth_creds.json",), (),
-        "run `qwen` once and log in with Qwen OAuth",
-        ("qwen3-coder-plus",), "qwen3-coder-plus",
-    ),
-)  # fmt: skip
-
-# Each API provider's hop in the `default` chain (their declared models come from
-# `olp.config.detect`, so a setup config declares what a config-less start would).
-_API_DEFAULT_MODEL = {
-    "anthropic": "claude-sonnet-4-5",
-    "openai": "gpt-5",
-    "mistral": "mistral-large-latest",
-    "deepseek": "deepseek-chat",
-    "groq": "llama-3.3-70b-versatile",
-    "openrouter": "anthropic/claude-sonnet-4.5",
-}
-# Order of API providers in the `default` chain: first-party vendors, then the aggregator.
-_API_ORDER = ("anthropic", "openai", "mistral", "deepseek", "groq", "openrouter")
 
 # Chain name → hops in order of preference (provider name as setup names it, model id).
 # Subscriptions first (already paid for), the vendor's API next, OpenRouter last.
@@ -134,6 +70,7 @@ class FoundCli:
     """A CLI found on PATH."""
 
     type: str  # e.g. "claude-cli"
+    facts: KnownCli  # what its plugin declares
     path: str
     version: str | None  # first line of `--version`; None: it did not answer in time
     works: bool  # False: `--version` failed (the binary is broken)
@@ -193,60 +130,75 @@ class Plan:
 
 
 def candidates(
-    machine: Machine, plugins: Collection[str], registry: Registry
+    machine: Machine, known: Known, registry: Registry
 ) -> tuple[list[Candidate], list[str]]:
     """Every provider setup could add, in chain order, and notes on what it left out."""
-    found: list[Candidate] = []
     notes: list[str] = []
-    specs = {spec.type: spec for spec in CLI_SPECS}
-    for cli in machine.clis:
-        spec = specs[cli.type]
-        reason = _cli_unusable(cli, spec, plugins)
-        if reason:
-            notes.append(reason)
-            continue
-        login = "logged in" if cli.login == "yes" else "login not verifiable"
-        source = f" ({cli.login_source})" if cli.login_source else ""
-        entry: dict[str, Any] = {"type": cli.type, "models": list(spec.models)}
-        if cli.login_env:
-            entry["env"] = {var: f"${{{var}}}" for var in cli.login_env}
-        found.append(
-            Candidate(
-                name=spec.name,
-                type=cli.type,
-                kind="subscription",
-                tier=_tier(registry, cli.type),
-                summary=f"{spec.product} through `{spec.name}`, {login}{source}",
-                entry=entry,
-                default_model=spec.default_model,
-            )
-        )
-    apis = {api.name: api for api in KNOWN_API_KEYS if api.env in machine.api_keys}
-    for name in sorted(apis, key=_API_ORDER.index):
-        api = apis[name]
-        if api.type not in plugins:
-            notes.append(f"{api.env} is set, but no {api.type} provider plugin is installed")
-            continue
-        base_url = machine.base_urls.get(api.name, api.base_url)
-        entry = {"type": api.type, "base_url": base_url, "api_key_env": api.env}
-        if api.models:
-            entry["models"] = list(api.models)
-        found.append(
-            Candidate(
-                name=api.name,
-                type=api.type,
-                kind="api",
-                tier=_tier(registry, api.type),
-                summary=f"{base_url} with the key in {api.env}",
-                entry=entry,
-                default_model=_API_DEFAULT_MODEL[api.name],
-            )
-        )
+    found = [c for cli in machine.clis if (c := _cli_candidate(cli, known, registry, notes))]
+    found += _api_candidates(machine, known, registry)
+    found += _server_candidates(machine, known, registry, notes)
+    for c in found:
+        if c.tier == "A":
+            notes.append(f"{c.name} ({c.type}) is risk tier A: excluded, it cannot be enabled")
+    return [c for c in found if c.tier != "A"], notes
+
+
+def _cli_candidate(
+    cli: FoundCli, known: Known, registry: Registry, notes: list[str]
+) -> Candidate | None:
+    facts = cli.facts
+    reason = _cli_unusable(cli, known)
+    if reason:
+        notes.append(reason)
+        return None
+    login = "logged in" if cli.login == "yes" else "login not verifiable"
+    source = f" ({cli.login_source})" if cli.login_source else ""
+    entry: dict[str, Any] = {"type": cli.type, "models": list(facts.models)}
+    if cli.login_env:
+        entry["env"] = {var: f"${{{var}}}" for var in cli.login_env}
+    return Candidate(
+        name=facts.name,
+        type=cli.type,
+        kind="subscription",
+        tier=_tier(registry, cli.type),
+        summary=f"{facts.product} through `{facts.command}`, {login}{source}",
+        entry=entry,
+        default_model=facts.default_model,
+    )
+
+
+def _api_candidates(machine: Machine, known: Known, registry: Registry) -> list[Candidate]:
+    """The APIs whose key is set, in plugin order with the aggregators last."""
+    found = [(t, api) for t, api in known.apis if api.key_env in machine.api_keys]
+    found.sort(key=lambda pair: pair[1].aggregator)
+    return [_api_candidate(ptype, api, machine, registry) for ptype, api in found]
+
+
+def _api_candidate(ptype: str, api: KnownApi, machine: Machine, registry: Registry) -> Candidate:
+    base_url = machine.base_urls.get(api.name, api.base_url)
+    entry: dict[str, Any] = {"type": ptype, "base_url": base_url, "api_key_env": api.key_env}
+    if api.models:
+        entry["models"] = list(api.models)
+    return Candidate(
+        name=api.name,
+        type=ptype,
+        kind="api",
+        tier=_tier(registry, ptype),
+        summary=f"{base_url} with the key in {api.key_env}",
+        entry=entry,
+        default_model=api.default_model,
+    )
+
+
+def _server_candidates(
+    machine: Machine, known: Known, registry: Registry, notes: list[str]
+) -> list[Candidate]:
+    found: list[Candidate] = []
     for server in machine.servers:
-        if "openai-http" not in plugins:
+        if "openai-http" not in known.types:
             notes.append(f"{server.label} found, but no openai-http provider plugin is installed")
             continue
-        entry = {"type": "openai-http", "base_url": server.base_url}
+        entry: dict[str, Any] = {"type": "openai-http", "base_url": server.base_url}
         if server.models:
             entry["models"] = list(server.models)
         else:
@@ -262,24 +214,20 @@ def candidates(
                 default_model=server.models[0] if server.models else None,
             )
         )
-    excluded = [c for c in found if c.tier == "A"]
-    for c in excluded:
-        notes.append(f"{c.name} ({c.type}) is risk tier A: excluded, it cannot be enabled")
-    return [c for c in found if c.tier != "A"], notes
+    return found
 
 
-def _cli_unusable(cli: FoundCli, spec: CliSpec, plugins: Collection[str]) -> str | None:
+def _cli_unusable(cli: FoundCli, known: Known) -> str | None:
+    name, hint = cli.facts.name, cli.facts.login_hint
     if not cli.works:
-        return f"{spec.name} at {cli.path} fails `{spec.name} --version`: reinstall it"
-    if cli.type not in plugins:
+        return f"{name} at {cli.path} fails `{cli.facts.command} --version`: reinstall it"
+    if cli.type not in known.types:
         return (
-            f"{spec.name} found, but this OLP has no {cli.type} provider plugin installed "
+            f"{name} found, but this OLP has no {cli.type} provider plugin installed "
             "(upgrade OLP to use it)"
         )
     if cli.login == "no":
-        return (
-            f"{spec.name} found, but not logged in: {spec.login_hint}, then run `olp setup` again"
-        )
+        return f"{name} found, but not logged in: {hint}, then run `olp setup` again"
     return None
 
 
@@ -336,7 +284,7 @@ def build_config(
 
 def default_plan(
     machine: Machine,
-    plugins: Collection[str],
+    known: Known,
     registry: Registry,
     *,
     port: int = DEFAULT_PORT,
@@ -345,14 +293,14 @@ def default_plan(
 
     Tier C (opt-in) and tier B (opt-in with consent) are never added without a question.
     """
-    found, notes = candidates(machine, plugins, registry)
+    found, notes = candidates(machine, known, registry)
     chosen = [c for c in found if c.default_on]
     for c in found:
         if not c.default_on:
             notes.append(opt_in_note(c, registry))
     chains = plan_chains(chosen)
     if not chosen:
-        notes.append(nothing_found_note())
+        notes.append(nothing_found_note(known))
     return Plan(build_config(chosen, chains, port=port), tuple(chosen), chains, tuple(notes))
 
 
@@ -364,11 +312,11 @@ def opt_in_note(c: Candidate, registry: Registry) -> str:
     )
 
 
-def nothing_found_note() -> str:
-    keys = ", ".join(api.env for api in KNOWN_API_KEYS)
+def nothing_found_note(known: Known) -> str:
+    clis = ", ".join(cli.name for _, cli in known.clis)
+    keys = ", ".join(api.key_env for _, api in known.apis)
     return (
         "no usable provider found. Any one of these is enough: log in to a subscription CLI "
-        "(claude, codex, vibe, gemini, qwen), set an API key variable "
-        f"({keys}), or start a local server (Ollama, vLLM, llama.cpp, LM Studio); "
-        "then run `olp setup` again"
+        f"({clis}), set an API key variable ({keys}), or start a local server "
+        "(Ollama, vLLM, llama.cpp, LM Studio); then run `olp setup` again"
     )

@@ -19,6 +19,7 @@ import orjson
 
 from olp.config.detect import detect_providers
 from olp.config.model import (
+    CHILD_ENV_ALLOWLIST,
     MIN_LEDGER_RETENTION_DAYS,
     AuthConfig,
     CacheConfig,
@@ -36,8 +37,9 @@ from olp.config.model import (
 from olp.config.validate import Reader, collecting
 from olp.errors import ConfigError
 from olp.observability import redacted_url
+from olp.registry.known import Known
 
-__all__ = ["CHILD_ENV_ALLOWLIST", "SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
+__all__ = ["SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -47,18 +49,6 @@ SOFT_TRIGGER_KEYS = (
     "five_hour_window_percent_threshold",
     "credit_pool_percent_threshold",
     "five_hour_capacity",
-)
-# What a CLI child may inherit from OLP's environment; everything else is scrubbed.
-CHILD_ENV_ALLOWLIST = (
-    "PATH",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "TMPDIR",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "NODE_EXTRA_CA_CERTS",
-    "REQUESTS_CA_BUNDLE",
 )
 _SECRET_HINT = {
     "api_key": "secrets never live in config.json: set api_key_env to the name of an "
@@ -71,16 +61,24 @@ def olp_home(env: Mapping[str, str]) -> Path:
 
 
 def load_config(
-    env: Mapping[str, str] | None = None, *, detect_local_servers: bool = True
+    env: Mapping[str, str] | None = None,
+    *,
+    known: Known | None = None,
+    detect_local_servers: bool = True,
 ) -> Config:
-    """Read and validate the configuration; raise ConfigError naming every problem."""
+    """Read and validate the configuration; raise ConfigError naming every problem.
+
+    With no config file, the providers are detected on this machine from what the
+    installed plugins declare (`known`, collected by `olp.providers.loader`); without
+    `known` nothing is detected.
+    """
     env = os.environ if env is None else env
     home = olp_home(env)
     path = home / "config.json"
     if path.exists():
         config = _from_file(path, home, env)
     else:
-        providers, notes = detect_providers(env, probe_local=detect_local_servers)
+        providers, notes = detect_providers(env, known or Known(), probe_local=detect_local_servers)
         config = Config(home=home, providers=providers, source="detected", notes=tuple(notes))
     return _apply_env(config, env)
 

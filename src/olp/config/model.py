@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 __all__ = [
+    "CHILD_ENV_ALLOWLIST",
     "AuthConfig",
     "CacheConfig",
     "Config",
@@ -23,6 +24,19 @@ __all__ = [
 
 LogLevel = Literal["error", "warn", "info", "debug"]
 DetailPolicy = Literal["owner_only", "all", "none"]
+
+# What a CLI child may inherit from OLP's environment; everything else is scrubbed.
+CHILD_ENV_ALLOWLIST = (
+    "PATH",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+)
 
 
 @dataclass(frozen=True, slots=True)

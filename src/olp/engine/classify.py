@@ -1,4 +1,4 @@
-"""The trigger table of DESIGN §5, in one place: what each failure code makes OLP do."""
+"""The trigger table of docs/design.md §5, in one place: what each failure code makes OLP do."""
 
 from __future__ import annotations
 

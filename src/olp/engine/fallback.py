@@ -1,4 +1,4 @@
-"""Run a chain with the first-chunk rule (DESIGN §5).
+"""Run a chain with the first-chunk rule (docs/design.md §5).
 
 `FallbackEngine.open()` walks the chain until a hop yields its first content event (or
 finishes cleanly): that hop is *committed* and returned as a `Served` stream. Failures
@@ -325,7 +325,7 @@ class FallbackEngine:
         )
 
     def _retry_after(self, failures: list[HopFailure]) -> float:
-        """Seconds until the earliest hop is expected back (DESIGN §5 rule 5)."""
+        """Seconds until the earliest hop is expected back (docs/design.md §5 rule 5)."""
         now = self.cooldowns.now()
         hints: list[float] = []
         for failure in failures:

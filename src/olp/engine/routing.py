@@ -1,4 +1,4 @@
-"""Model resolution (DESIGN §3): requested model → an ordered chain of hops."""
+"""Model resolution (docs/design.md §3): requested model → an ordered chain of hops."""
 
 from __future__ import annotations
 

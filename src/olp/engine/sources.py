@@ -20,7 +20,7 @@ __all__ = ["CacheScope", "HopSource", "find_cached", "start"]
 # Not frozen: one is built per request, and a frozen dataclass costs ~3x to build.
 @dataclass(slots=True)
 class CacheScope:
-    """One request's view of the cache (DESIGN §7)."""
+    """One request's view of the cache (docs/design.md §7)."""
 
     cache: ResponseCache
     namespace: str  # the caller's key id

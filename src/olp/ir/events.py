@@ -1,7 +1,7 @@
 """What a provider yields while it answers: a stream of small, typed events.
 
 Content events (text, reasoning, tool-call pieces) are what the first-chunk rule counts:
-once one reached the client, the hop is committed (DESIGN §5 rule 1). `Usage` and
+once one reached the client, the hop is committed (docs/design.md §5 rule 1). `Usage` and
 `Finish` are bookkeeping.
 """
 

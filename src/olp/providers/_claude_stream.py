@@ -1,7 +1,7 @@
 """Claude Code's `--output-format stream-json` events → IR events (pure).
 
-Shared by `claude-cli` and `qwen-cli`: Qwen Code speaks the same format (cli-formats.md
-§1.4, §5). Token streaming comes from `stream_event` deltas (with
+Shared by `claude-cli` and `qwen-cli`: Qwen Code speaks the same format
+(tests/fixtures/cli/README.md §1, §5). Token streaming comes from `stream_event` deltas (with
 `--include-partial-messages`); the `assistant` event repeats the finished message, so
 its text is only emitted where no delta carried it (no partial messages, or the CLI's
 silent non-streaming retry after a stalled stream). Synthetic error messages

@@ -12,7 +12,7 @@ and early termination the same way:
 - once `translator.done` (a terminal event was seen) reading stops: `end(None, stderr)`
   gives the last events and the child is terminated — no waiting for it to exit;
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
-  (`Finish("length")` after content, DESIGN §5 rule 4) or an error.
+  (`Finish("length")` after content, docs/design.md §5 rule 4) or an error.
 
 Also `cli_version()` and `credential_check()` for `health()`.
 """

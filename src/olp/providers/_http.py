@@ -137,7 +137,7 @@ class HttpClient:
                 ),
                 # No cookies: one member's upstream session must never leak into another's.
                 cookie_jar=aiohttp.DummyCookieJar(),
-                # config is the only module that reads the environment (DESIGN §2).
+                # config is the only module that reads the environment (docs/design.md §2).
                 trust_env=False,
             )
             self._session = session

@@ -1,4 +1,4 @@
-"""Upstream status, body and headers → `ProviderError` and quota signals (DESIGN §5, §6).
+"""Upstream status, body and headers → `ProviderError` and quota signals (docs/design.md §5, §6).
 
 Pure functions (no I/O) shared by every HTTP provider: one table decides which taxonomy
 code an upstream answer means, one parser reads the many ways upstreams say "come back
@@ -37,7 +37,7 @@ __all__ = [
 ERROR_BODY_CAP = 64 * 1024
 _MESSAGE_CAP = 500
 
-# A 429 (or 400/402) that says the account, not the minute, is out (DESIGN §5: the whole
+# A 429 (or 400/402) that says the account, not the minute, is out (docs/design.md §5: the whole
 # provider cools down until the reset). OpenAI says `insufficient_quota`; Anthropic says
 # "credit balance is too low"; OpenRouter and others speak of credits and billing.
 _QUOTA_SIGNAL = re.compile(
@@ -107,7 +107,7 @@ _MARKERS = (
 def error_for_status(
     provider: str, status: int, headers: Mapping[str, str], body: bytes
 ) -> ProviderError:
-    """The taxonomy error for a non-2xx upstream answer (DESIGN §5)."""
+    """The taxonomy error for a non-2xx upstream answer (docs/design.md §5)."""
     message, kind, param = _describe_body(body)
     failure = _failure_for_status(status, kind, message)
     now = time.time()

@@ -1,6 +1,6 @@
 """When does a quota come back? Reset times from the texts CLIs print (pure).
 
-CLIs word their usage-limit messages many ways (cli-formats.md §1.9, §8):
+CLIs word their usage-limit messages many ways (tests/fixtures/cli/README.md §1.9, §6):
 `You've hit your session limit · resets 6:33pm (UTC)`, `… resets Dec 3, 6:33pm (UTC)`,
 `5-hour limit reached ∙ resets 9pm`, `Your limit will reset at 3pm (America/Bogota).`,
 `Claude AI usage limit reached|1750708800`, `try again in 2h 5m`. Wall-clock times are in

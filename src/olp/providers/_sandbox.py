@@ -1,5 +1,5 @@
 """The private place a CLI child runs in: an empty working directory, a private HOME and
-TMPDIR under one temporary directory, and a scrubbed environment (DESIGN §6).
+TMPDIR under one temporary directory, and a scrubbed environment (docs/design.md §6).
 
 This is isolation from the *owner's setup* (their CLAUDE.md, MCP servers, sessions,
 settings, shell history), not a security boundary: the child runs as the same user.

@@ -1,4 +1,4 @@
-"""The shared CLI runner: every subscription CLI is spawned through here (DESIGN §5–§6).
+"""The shared CLI runner: every subscription CLI is spawned through here (docs/design.md §5–§6).
 
     runner = CliRunner("claude", config, default_command="claude",
                        install_hint="npm i -g @anthropic-ai/claude-code")

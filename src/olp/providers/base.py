@@ -1,4 +1,4 @@
-"""The provider contract (DESIGN §2).
+"""The provider contract (docs/design.md §2).
 
 A provider turns one `ChatRequest` into a stream of IR events for one model, or raises
 `ProviderError` with a taxonomy code. It knows nothing about chains, caches, keys or the
@@ -16,6 +16,7 @@ from typing import Literal, Protocol, runtime_checkable
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
+from olp.registry.known import KnownApi, KnownCli
 
 __all__ = [
     "Capabilities",
@@ -39,7 +40,7 @@ class Capabilities:
     max_concurrent: int | None = None
     cacheable: bool = True
     # Honours Anthropic `cache_control` prompt-caching markers: OLP's own cache steps aside
-    # for requests that carry them (DESIGN §7).
+    # for requests that carry them (docs/design.md §7).
     prompt_cache_markers: bool = False
     # Request features this provider cannot honour and drops (shown by `olp doctor`).
     drops: tuple[str, ...] = ()
@@ -124,3 +125,8 @@ class ProviderPlugin:
     summary: str = ""
     # Environment variable conventionally holding this type's API key, if any.
     default_api_key_env: str | None = None
+    # What finds this type without a config file (`olp.registry.known`): the subscription
+    # CLI it drives, or the well-known servers of its API. Detection, `olp setup` and
+    # `olp doctor` read these facts from here and nowhere else.
+    cli: KnownCli | None = None
+    apis: tuple[KnownApi, ...] = ()

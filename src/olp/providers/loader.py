@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from importlib.metadata import entry_points
+from types import MappingProxyType
 
 from olp.config import Config
 from olp.errors import ConfigError
 from olp.providers.base import Provider, ProviderPlugin
-from olp.registry import Registry, load_registry
+from olp.registry import RISK_TIERS, Registry, load_registry
+from olp.registry.known import Known
 
-__all__ = ["ENTRY_POINT_GROUP", "build_providers", "load_plugins"]
+__all__ = ["ENTRY_POINT_GROUP", "build_providers", "known_providers", "load_plugins"]
 
 ENTRY_POINT_GROUP = "olp.providers"
 
@@ -24,6 +26,28 @@ def load_plugins() -> dict[str, ProviderPlugin]:
             raise ConfigError(f"entry point {ep.name}", "is not an olp ProviderPlugin")
         plugins[plugin.type] = plugin
     return plugins
+
+
+def known_providers(plugins: Mapping[str, ProviderPlugin], registry: Registry) -> Known:
+    """What the installed plugins declare for detection and setup.
+
+    In the order detection reports them and setup's `default` chain tries them: the
+    safest risk tier first, then by type name (an HTTP type's servers as it lists them).
+    """
+    tiers = {t: info.risk_tier for t in plugins if (info := registry.provider_type(t))}
+    unknown = len(RISK_TIERS)
+
+    def order(ptype: str) -> tuple[int, str]:
+        tier = tiers.get(ptype)
+        return (RISK_TIERS[::-1].index(tier) if tier else unknown, ptype)
+
+    ordered = [(t, plugins[t]) for t in sorted(plugins, key=order)]
+    return Known(
+        types=frozenset(plugins),
+        clis=tuple((t, p.cli) for t, p in ordered if p.cli is not None),
+        apis=tuple((t, api) for t, p in ordered for api in p.apis),
+        tiers=MappingProxyType(tiers),
+    )
 
 
 def build_providers(

@@ -1,8 +1,10 @@
 """The models registry: package data naming models, aliases, context windows, prices,
-and the provider types OLP knows with their risk tiers."""
+the provider types OLP knows with their risk tiers, and the types of what provider
+plugins declare for detection and setup (`known`)."""
 
 from __future__ import annotations
 
+from olp.registry.known import Known, KnownApi, KnownCli
 from olp.registry.models import (
     RISK_TIERS,
     ModelInfo,
@@ -15,6 +17,9 @@ from olp.registry.models import (
 
 __all__ = [
     "RISK_TIERS",
+    "Known",
+    "KnownApi",
+    "KnownCli",
     "ModelInfo",
     "Price",
     "ProviderTypeInfo",

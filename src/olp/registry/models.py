@@ -20,7 +20,7 @@ __all__ = [
     "registry_from_json",
 ]
 
-# Most permissive last; "A" types can never be enabled (DESIGN §1, seeds' risk tier guide).
+# Most permissive last; "A" types can never be enabled (docs/design.md §1).
 RISK_TIERS = ("A", "B", "C", "D")
 _DEFAULT_CREATED = 1_735_689_600  # 2025-01-01, for entries that do not say
 

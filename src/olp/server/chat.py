@@ -346,7 +346,7 @@ async def _open_with_heartbeat(
 ) -> Served:
     """Run the chain; if it is slow to produce content, keep the client's line alive.
 
-    A keepalive is not content (DESIGN §5 rule 2): fallback goes on behind it. The
+    A keepalive is not content (docs/design.md §5 rule 2): fallback goes on behind it. The
     heartbeat task only exists once the first interval has passed, so the common fast
     path costs one timer.
     """

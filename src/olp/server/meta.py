@@ -1,4 +1,4 @@
-"""The `X-OLP-*` headers every chat response carries, success or error (DESIGN §4)."""
+"""The `X-OLP-*` headers every chat response carries, success or error (docs/design.md §4)."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ __all__ = ["ClaudeCliProvider"]
 
 
 class ClaudeCliProvider(CliProvider):
-    """A Claude subscription (or key) through `claude -p` (cli-formats.md §1)."""
+    """A Claude subscription (or key) through `claude -p` (tests/fixtures/cli/README.md §1)."""
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(
@@ -28,7 +28,6 @@ class ClaudeCliProvider(CliProvider):
             translate.DROPS, quota_signals=("five_hour",), reports_cost=True
         )
         self._rate_limit: RateLimitInfo | None = None
-        self._rate_limit_at = 0.0
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(request, self._config.timeouts)
@@ -40,16 +39,15 @@ class ClaudeCliProvider(CliProvider):
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info
-        self._rate_limit_at = time.time()
 
     async def health(self) -> ProviderHealth:
         return await self._health_logged_in(
             files=[src for src, _ in translate.CREDENTIALS],
             env_names=translate.CREDENTIAL_ENV,
-            missing="no ~/.claude/.credentials.json, no API key in env",
+            missing=f"no ~/{translate.CREDENTIALS[0][0]}, no API key in env",
             fix=(
-                "run `claude` once and log in with /login (or run `claude setup-token` and "
-                f"set providers.{self.name}.env.CLAUDE_CODE_OAUTH_TOKEN)"
+                f"{translate.LOGIN_HINT}; a setup token goes in "
+                f"providers.{self.name}.env.CLAUDE_CODE_OAUTH_TOKEN"
             ),
         )
 

@@ -1,5 +1,5 @@
 """`claude-cli` translation (pure): request → invocation, stdout lines → IR events,
-failures → the taxonomy. The formats are in cli-formats.md §1."""
+failures → the taxonomy. The formats are in tests/fixtures/cli/README.md §1."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "DROPS",
     "INSTALL_HINT",
+    "LOGIN_HINT",
     "ClaudeTranslator",
     "build_invocation",
     "classify",
@@ -40,6 +41,8 @@ log = event_logger("olp.providers.claude_cli")
 
 DEFAULT_COMMAND = "claude"
 INSTALL_HINT = "npm i -g @anthropic-ai/claude-code"
+# What to run when the CLI is not logged in (`olp doctor`, detection, setup).
+LOGIN_HINT = "run `claude` once and log in with /login (or `claude setup-token`)"
 # `claude` stores its login here (Linux; on macOS it is in the Keychain, see the docs).
 # Only this file is linked in: ~/.claude.json is rewritten on every start and concurrent
 # CLIs sharing it corrupt it.

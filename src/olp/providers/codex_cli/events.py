@@ -15,7 +15,7 @@ Notifications used (captured from codex 0.171, see tests/fixtures/cli/codex/):
   waiting for network") fails at once as TRANSPORT: Codex would wait for the network
   forever, retry knobs or not;
 - `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot.
-Salvage (DESIGN §5 rule 4): an error after content ends the answer with
+Salvage (docs/design.md §5 rule 4): an error after content ends the answer with
 Finish("length") instead of failing the hop.
 """
 
@@ -58,10 +58,6 @@ class AppServerTurn:
     def opening(self) -> bytes:
         """What to write to stdin at spawn time."""
         return translate.initialize()
-
-    @property
-    def has_content(self) -> bool:
-        return self._content
 
     def feed(self, line: bytes) -> tuple[list[Event], bytes]:
         """Events for one stdout line, and the bytes to write back (may be empty)."""

@@ -1,4 +1,4 @@
-"""Codex errors → the trigger taxonomy (DESIGN §5). Pure: no I/O.
+"""Codex errors → the trigger taxonomy (docs/design.md §5). Pure: no I/O.
 
 Structured first: app-server's `codexErrorInfo` (`usageLimitExceeded`,
 `{"httpConnectionFailed": {"httpStatusCode": 401}}`,

@@ -88,9 +88,7 @@ class CodexCliProvider(CliProvider):
         status, said = await self._login_status()
         checks.append(f"login: {said or 'unknown'}")
         ok = status == 0
-        return ProviderHealth(
-            ok=ok, checks=tuple(checks), fix=None if ok else f"{self._runner.command} login"
-        )
+        return ProviderHealth(ok=ok, checks=tuple(checks), fix=None if ok else translate.LOGIN_HINT)
 
     def _key_health(self, checks: list[str]) -> ProviderHealth:
         assert self._upstream is not None

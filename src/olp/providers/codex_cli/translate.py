@@ -34,6 +34,7 @@ __all__ = [
     "DEFAULT_OPENAI_BASE_URL",
     "FEATURES_OFF",
     "INSTALL_HINT",
+    "LOGIN_HINT",
     "PROVIDER_ID",
     "SYSTEM_FILE",
     "RpcId",
@@ -52,6 +53,8 @@ __all__ = [
 
 DEFAULT_COMMAND = "codex"
 INSTALL_HINT = "npm install -g @openai/codex"
+# What to run when the CLI is not logged in (`olp doctor`, detection, setup).
+LOGIN_HINT = "run `codex login`"
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Custom model provider id in the private config.toml.
 PROVIDER_ID = "olp"

@@ -65,7 +65,7 @@ class GeminiCliProvider(CliProvider):
             found,
             missing="no GEMINI_API_KEY, not logged in",
             fix=(
-                f"run `{self._runner.command}` once and choose Login with Google, or set "
+                f"{translate.LOGIN_HINT}, or set "
                 f'providers.{self.name}.env.GEMINI_API_KEY to "${{GEMINI_API_KEY}}"'
             ),
         )

@@ -27,6 +27,7 @@ __all__ = [
     "CREDENTIAL_FILES",
     "DEFAULT_COMMAND",
     "INSTALL_HINT",
+    "LOGIN_HINT",
     "SETTINGS_FILE",
     "SYSTEM_FILE",
     "argv",
@@ -38,6 +39,8 @@ __all__ = [
 
 DEFAULT_COMMAND = "gemini"
 INSTALL_HINT = "npm install -g @google/gemini-cli"
+# What to run when the CLI is not logged in (`olp doctor`, detection, setup).
+LOGIN_HINT = "run `gemini` once and choose Login with Google"
 SETTINGS_FILE = ".gemini/settings.json"
 SYSTEM_FILE = ".gemini/system.md"
 # The Google login (`gemini` → "Login with Google"), linked read-only.

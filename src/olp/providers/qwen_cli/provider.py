@@ -16,9 +16,10 @@ __all__ = ["QwenCliProvider"]
 
 
 class QwenCliProvider(CliProvider):
-    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json (cli-formats.md §5).
+    """Qwen Code (`qwen`), headless, with Claude-compatible stream-json
+    (tests/fixtures/cli/README.md §5).
 
-    No `quota()`: Qwen Code reports no quota figures headless (cli-formats.md §8).
+    No `quota()`: Qwen Code reports no quota figures headless (tests/fixtures/cli/README.md §6).
     """
 
     def __init__(self, config: ProviderConfig) -> None:
@@ -37,9 +38,9 @@ class QwenCliProvider(CliProvider):
         return await self._health_logged_in(
             files=[src for src, _ in translate.CREDENTIALS],
             env_names=translate.CREDENTIAL_ENV,
-            missing="no ~/.qwen/oauth_creds.json, no API key in env",
+            missing=f"no ~/{translate.CREDENTIALS[0][0]}, no API key in env",
             fix=(
-                "run `qwen` once and log in with /auth (Qwen OAuth), or set "
+                f"{translate.LOGIN_HINT}, or set "
                 f"providers.{self.name}.env.OPENAI_API_KEY (and OPENAI_BASE_URL)"
             ),
             detail=f"; --auth-type {translate.auth_type(self._config.env)}",

@@ -1,5 +1,5 @@
 """`qwen-cli` translation (pure): request → invocation, stdout lines → IR events,
-failures → the taxonomy. Qwen Code's stream-json is Claude Code's (cli-formats.md §5),
+failures → the taxonomy. Qwen Code's stream-json is Claude Code's (tests/fixtures/cli/README.md §5),
 with one trap: an API failure is reported as a *successful* answer whose text is
 `[API Error: 401 …]`, exit status 0. So the start of every answer is held back until it
 cannot be such a text, and those answers become errors, never content."""
@@ -28,6 +28,7 @@ __all__ = [
     "DROPS",
     "HONOURED",
     "INSTALL_HINT",
+    "LOGIN_HINT",
     "QwenTranslator",
     "auth_type",
     "build_invocation",
@@ -38,6 +39,8 @@ log = event_logger("olp.providers.qwen_cli")
 
 DEFAULT_COMMAND = "qwen"
 INSTALL_HINT = "npm i -g @qwen-code/qwen-code"
+# What to run when the CLI is not logged in (`olp doctor`, detection, setup).
+LOGIN_HINT = "run `qwen` once and log in with /auth (Qwen OAuth)"
 # Qwen OAuth login (`qwen` → /auth); API keys come through the provider's `env`.
 CREDENTIALS = ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
 CREDENTIAL_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")

@@ -14,7 +14,7 @@ documented in Vibe's own skill file):
   OVERLOADED / UPSTREAM_ERROR, TRANSPORT, TIMEOUT;
 - 3 stopped on a limit (turn, token, price, time) → Finish("length") when there is an
   answer, SPAWN_FAILED when there is none.
-Any answer followed by a non-zero exit is salvaged (DESIGN §5 rule 4). Usage and cost
+Any answer followed by a non-zero exit is salvaged (docs/design.md §5 rule 4). Usage and cost
 come from `--output-dir`'s export.json when it was written.
 """
 

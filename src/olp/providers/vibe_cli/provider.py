@@ -94,8 +94,8 @@ class VibeCliProvider(CliProvider):
         return self._credentials(
             checks,
             found,
-            missing="no MISTRAL_API_KEY, no ~/.vibe/.env",
-            fix=f"{self._runner.command} --setup",
+            missing=f"no MISTRAL_API_KEY, no ~/{translate.CREDENTIALS_FILE}",
+            fix=translate.LOGIN_HINT,
         )
 
 

@@ -30,6 +30,7 @@ __all__ = [
     "DEFAULT_COMMAND",
     "EXPORT_FILE",
     "INSTALL_HINT",
+    "LOGIN_HINT",
     "Upstream",
     "argv",
     "config_toml",
@@ -39,6 +40,8 @@ __all__ = [
 
 DEFAULT_COMMAND = "vibe"
 INSTALL_HINT = "uv tool install mistral-vibe (needs Python >= 3.12)"
+# What to run when the CLI is not logged in (`olp doctor`, detection, setup).
+LOGIN_HINT = "run `vibe --setup` and enter your Mistral API key"
 DEFAULT_API_BASE = "https://api.mistral.ai/v1"
 CONFIG_FILE = ".vibe/config.toml"
 # `vibe --setup` stores the key here; linked read-only from the owner's home.
