@@ -118,7 +118,8 @@ def test_list_shows_settings_limits_and_revocation(home: Path) -> None:
     alice = keys["alice"]
     assert alice["allowed_models"] == ["gpt-*", "sonnet", "haiku"]
     assert alice["allowed_providers"] == ["claude"]
-    limits = {"rpm": 10, "rpd": 100, "tpd": 5000, "usd_month": 12.5, "concurrent": 2}
+    limits = {"rpm": 10, "rpd": 100, "rp7d": None, "rp30d": None, "tpd": 5000}
+    limits |= {"usd_month": 12.5, "concurrent": 2}
     assert alice["limits"] == limits
     assert alice["revoked_at"] is None and alice["last_used"] is None
     assert keys["boss"]["tier"] == "owner" and keys["boss"]["revoked_at"] is not None
@@ -133,10 +134,15 @@ def test_set_changes_only_what_it_names(home: Path) -> None:
     ok(home, "create", "--name", "alice", "--rpm", "10", "--rpd", "100", "--models", "gpt-*")
     ok(home, "set", "alice", "--rpm", "none", "--usd-month", "3", "--concurrent", "4")
     alice = listed(home)["alice"]
-    limits = {"rpm": None, "rpd": 100, "tpd": None, "usd_month": 3.0, "concurrent": 4}
+    limits = {"rpm": None, "rpd": 100, "rp7d": None, "rp30d": None, "tpd": None}
+    limits |= {"usd_month": 3.0, "concurrent": 4}
     assert alice["limits"] == limits
     ok(home, "set", "alice", "--concurrent", "none")
     assert listed(home)["alice"]["limits"]["concurrent"] is None  # type: ignore[index]
+    ok(home, "set", "alice", "--rp7d", "50", "--rp30d", "150")
+    rolling = listed(home)["alice"]["limits"]
+    assert (rolling["rp7d"], rolling["rp30d"], rolling["rpd"]) == (50, 150, 100)  # type: ignore[index]
+    assert "rp7d 50, rp30d 150" in ok(home, "list")
     assert alice["allowed_models"] == ["gpt-*"]
     ok(home, "set", str(alice["id"]), "--models", "*", "--providers", "a,b", "--name", "al")
     al = listed(home)["al"]
@@ -275,6 +281,8 @@ def test_a_key_file_from_before_the_concurrent_limit_keeps_its_keys(home: Path) 
     assert old["limits"] == {
         "rpm": 5,
         "rpd": None,
+        "rp7d": None,
+        "rp30d": None,
         "tpd": None,
         "usd_month": None,
         "concurrent": None,

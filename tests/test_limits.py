@@ -96,6 +96,49 @@ def test_requests_per_day_reset_at_utc_midnight() -> None:
     admit(keeper, alice)
 
 
+def test_requests_per_7_days_roll_by_utc_day() -> None:
+    clock = FakeClock()
+    keeper = LimitKeeper(clock)
+    alice = member(rp7d=3)
+    for _ in range(2):
+        admit(keeper, alice)  # day 0 (2027-03-10): two requests
+    clock.now += 2 * 86_400
+    admit(keeper, alice)  # day 2: the third
+    err = refused(keeper, alice)
+    assert "3 requests for the last 7 days" in err.message
+    # Room comes back when day 0 leaves the window: at the start of its 7th day after.
+    assert err.retry_after == pytest.approx(MIDNIGHT + 6 * 86_400 - clock.now)
+    clock.now = MIDNIGHT + 6 * 86_400 - 0.001  # still within day 0's seventh day
+    refused(keeper, alice)
+    assert keeper.usage(alice.key_id).requests_7d == 3
+    clock.now = MIDNIGHT + 6 * 86_400
+    admit(keeper, alice)
+    admit(keeper, alice)
+    refused(keeper, alice)  # day 2's request and today's two
+
+
+def test_requests_per_30_days_count_across_a_month_and_a_restart() -> None:
+    clock = FakeClock()
+    day = int(NOON // 86_400)
+    keeper = LimitKeeper(clock)
+    keeper.seed(
+        [
+            UsageSeed(
+                "key_alice001",
+                requests_today=1,
+                # 29 days ago (the window's oldest), 10 days ago, and 30 days ago (outside).
+                earlier_days=((day - 29, 4), (day - 10, 2), (day - 30, 50)),
+            )
+        ]
+    )
+    usage = keeper.usage("key_alice001")
+    assert (usage.requests_today, usage.requests_7d, usage.requests_30d) == (1, 1, 7)
+    refused(keeper, member(rp30d=7))
+    keeper.admit(member(rp30d=8, rp7d=2))
+    clock.now = MIDNIGHT  # the day 29 days ago leaves the window
+    assert keeper.usage("key_alice001").requests_30d == 4
+
+
 def test_tokens_per_day_count_after_the_answer() -> None:
     clock = FakeClock()
     keeper = LimitKeeper(clock)

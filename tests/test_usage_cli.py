@@ -340,7 +340,16 @@ def test_limit_seeds_feed_the_limit_keeper(tmp_path: Path) -> None:
 
     keeper = LimitKeeper(clock=lambda: at)
     keeper.seed(seeds.values())
-    assert keeper.usage("k_alice") == LimitUsage(2, 3, 2200, pytest.approx(0.53))
+    day = int(at // DAY)
+    assert sorted(alice.earlier_days) == [(day - 20, 1), (day - 5, 1)]
+    assert keeper.usage("k_alice") == LimitUsage(
+        requests_last_minute=2,
+        requests_today=3,
+        requests_7d=4,
+        requests_30d=5,
+        tokens_today=2200,
+        usd_month=pytest.approx(0.53),
+    )
     limited = Identity("k_alice", "alice", "member", limits=KeyLimits(rpd=3))
     with pytest.raises(KeyLimitExceeded):
         keeper.admit(limited)  # a restart does not hand out a fresh day

@@ -97,7 +97,8 @@ def test_dashboard_data(olp: ThreadServer, member_key: str) -> None:
     keys = {k["name"]: k for k in data["keys"]}
     assert keys["kid"]["tier"] == "member"
     assert keys["kid"]["usage"]["rpd"] == 2
-    limits = {"rpm": 30, "rpd": 100, "tpd": None, "usd_month": None, "concurrent": None}
+    limits = {"rpm": 30, "rpd": 100, "rp7d": None, "rp30d": None, "tpd": None}
+    limits |= {"usd_month": None, "concurrent": None}
     assert keys["kid"]["limits"] == limits
     assert keys["kid"]["usage"]["concurrent"] == 0  # none in progress now
     assert keys["kid"]["utilisation"]["rpd"] == pytest.approx(0.02)

@@ -16,15 +16,19 @@ class KeyLimits:
 
     rpm: int | None = None  # requests per minute
     rpd: int | None = None  # requests per day (UTC)
+    rp7d: int | None = None  # requests in the last 7 UTC days, today included (rolling)
+    rp30d: int | None = None  # requests in the last 30 UTC days, today included (rolling)
     tpd: int | None = None  # tokens per day (UTC), prompt + completion
     usd_month: float | None = None  # API-equivalent USD per calendar month (UTC)
     concurrent: int | None = None  # requests in progress at once
 
     def any(self) -> bool:
-        # Asked on every request: no generator for five fields.
+        # Asked on every request: no generator over the fields.
         return (
             self.rpm is not None
             or self.rpd is not None
+            or self.rp7d is not None
+            or self.rp30d is not None
             or self.tpd is not None
             or self.usd_month is not None
             or self.concurrent is not None

@@ -42,7 +42,7 @@ MAX_COUNT_LIMIT = 10**15
 # The order `record_from_row` reads.
 RECORD_COLUMNS = (
     "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
-    "rpm, rpd, tpd, usd_month, concurrent, expires_at"
+    "rpm, rpd, tpd, usd_month, concurrent, expires_at, rp7d, rp30d"
 )
 # 9999-12-31: the last time `time.gmtime` and SQLite's date functions both handle.
 _LAST_EXPIRY = 253_402_300_800.0
@@ -99,6 +99,8 @@ class KeyRecord:
             "limits": {
                 "rpm": self.limits.rpm,
                 "rpd": self.limits.rpd,
+                "rp7d": self.limits.rp7d,
+                "rp30d": self.limits.rp30d,
                 "tpd": self.limits.tpd,
                 "usd_month": self.limits.usd_month,
                 "concurrent": self.limits.concurrent,
@@ -151,7 +153,7 @@ def check_patterns(field: str, patterns: Iterable[str] | None) -> Patterns:
 
 
 def check_limits(limits: KeyLimits) -> KeyLimits:
-    for field in ("rpm", "rpd", "tpd", "concurrent"):
+    for field in ("rpm", "rpd", "rp7d", "rp30d", "tpd", "concurrent"):
         value = getattr(limits, field)
         if value is not None and (isinstance(value, bool) or not 1 <= value <= MAX_COUNT_LIMIT):
             raise InvalidRequest(
@@ -211,6 +213,8 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
         usd_month,
         concurrent,
         expires_at,
+        rp7d,
+        rp30d,
     ) = row
     return KeyRecord(
         id=str(key_id),
@@ -224,6 +228,8 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
         limits=KeyLimits(
             rpm=_int(rpm),
             rpd=_int(rpd),
+            rp7d=_int(rp7d),
+            rp30d=_int(rp30d),
             tpd=_int(tpd),
             usd_month=_float(usd_month),
             concurrent=_int(concurrent),

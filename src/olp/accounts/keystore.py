@@ -85,6 +85,13 @@ MIGRATIONS = (
         ALTER TABLE keys ADD COLUMN expires_at REAL
         """,
     ),
+    Migration(
+        3,
+        """
+        ALTER TABLE keys ADD COLUMN rp7d INTEGER;
+        ALTER TABLE keys ADD COLUMN rp30d INTEGER
+        """,
+    ),
 )
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -208,7 +215,7 @@ class KeyStore:
             key_id = self._new_id()
             self._conn.execute(
                 f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     hash_key(secret),
                     key_id,
@@ -223,10 +230,68 @@ class KeyStore:
                     limits.usd_month,
                     limits.concurrent,
                     expires_at,
+                    limits.rp7d,
+                    limits.rp30d,
                 ),
             )
             row = self._find(key_id)
         return NewKey(record_from_row(row), secret)
+
+    def find_secret(self, secret_sha256: str) -> KeyRecord | None:
+        """The key whose secret has this SHA-256, revoked or not."""
+        with self._errors():
+            row = self._conn.execute(
+                f"SELECT {RECORD_COLUMNS} FROM keys WHERE secret_sha256 = ?", (secret_sha256,)
+            ).fetchone()
+        return None if row is None else record_from_row(row)
+
+    def adopt(
+        self,
+        name: str,
+        secret_sha256: str,
+        *,
+        created: float,
+        tier: str = "member",
+        revoked_at: float | None = None,
+        limits: KeyLimits = NO_LIMITS,
+    ) -> KeyRecord:
+        """Take in a key made elsewhere (another proxy's key store), known by the SHA-256
+        of its secret, so that the secret keeps working here unchanged."""
+        name = check_name(name)
+        tier_ = check_tier(tier)
+        check_limits(limits)
+        with self._write():
+            if revoked_at is None:
+                self._require_free_name(name)
+            key_id = self._new_id()
+            self._conn.execute(
+                f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, NULL, ?, NULL, NULL, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                (
+                    secret_sha256,
+                    key_id,
+                    name,
+                    tier_,
+                    created,
+                    revoked_at,
+                    limits.rpm,
+                    limits.rpd,
+                    limits.tpd,
+                    limits.usd_month,
+                    limits.concurrent,
+                    limits.rp7d,
+                    limits.rp30d,
+                ),
+            )
+            return record_from_row(self._find(key_id))
+
+    def name_taken(self, name: str) -> bool:
+        """Whether an active key already has this name."""
+        with self._errors():
+            row = self._conn.execute(
+                "SELECT 1 FROM keys WHERE name = ? AND revoked_at IS NULL", (name.strip(),)
+            ).fetchone()
+        return row is not None
 
     def revoke(self, ref: str) -> KeyRecord:
         """Revoke; revoking twice keeps the first time and is not an error."""
@@ -255,6 +320,8 @@ class KeyStore:
         name: str | Keep = KEEP,
         rpm: int | Keep | None = KEEP,
         rpd: int | Keep | None = KEEP,
+        rp7d: int | Keep | None = KEEP,
+        rp30d: int | Keep | None = KEEP,
         tpd: int | Keep | None = KEEP,
         usd_month: float | Keep | None = KEEP,
         concurrent: int | Keep | None = KEEP,
@@ -267,6 +334,8 @@ class KeyStore:
         limits = {
             "rpm": rpm,
             "rpd": rpd,
+            "rp7d": rp7d,
+            "rp30d": rp30d,
             "tpd": tpd,
             "usd_month": usd_month,
             "concurrent": concurrent,

@@ -25,6 +25,7 @@ __all__ = [
     "RequestRecord",
     "attempt_row",
     "insert_batch",
+    "insert_imported",
     "request_row",
     "row_dict",
 ]
@@ -152,6 +153,9 @@ MIGRATIONS = (
             WHERE outcome != 'served'
     """,
     ),
+    # Rows taken in from another proxy's usage log (`olp migrate-from-ocp`) say where
+    # from; OLP's own rows leave it NULL.
+    Migration(4, "ALTER TABLE ledger_requests ADD COLUMN imported_from TEXT"),
 )
 
 _REQUEST_COLUMNS = (
@@ -223,3 +227,27 @@ def insert_batch(
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def insert_imported(
+    conn: sqlite3.Connection, origin: str, requests: Sequence[RequestRecord]
+) -> int:
+    """Add request rows taken from another proxy's log, marked `imported_from = origin`;
+    a row whose request id that origin already brought in is skipped. Returns the number
+    added. One transaction: all of them, or none."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        known = {
+            row[0]
+            for row in conn.execute(
+                "SELECT request_id FROM ledger_requests WHERE imported_from = ?", (origin,)
+            )
+        }
+        rows = [(*request_row(r), origin) for r in requests if r.request_id not in known]
+        if rows:
+            _insert_rows(conn, "ledger_requests", (*_REQUEST_COLUMNS, "imported_from"), rows)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return len(rows)

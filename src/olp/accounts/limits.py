@@ -1,9 +1,11 @@
-"""Per-key limits, enforced from memory: requests/minute, requests/day, tokens/day, USD/month,
-requests in progress at once.
+"""Per-key limits, enforced from memory: requests/minute, requests/day, requests in the last
+7 and 30 days, tokens/day, USD/month, requests in progress at once.
 
 Windows: requests per minute slide, in one-second buckets (a request counts for the 60
-seconds that follow its own second); the daily limits reset at 00:00 UTC; the monthly
-spend resets at 00:00 UTC on the first of the month. A request in progress holds one of
+seconds that follow its own second); the daily limits reset at 00:00 UTC; the 7- and
+30-day request limits roll by UTC day (a request counts until the end of the 7th or 30th
+UTC day, its own day included); the monthly spend resets at 00:00 UTC on the first of the
+month. A request in progress holds one of
 its key's concurrent slots from `admit` to `release`. Counters live in memory only —
 `seed()` lets the ledger reload today's and this month's figures at start, so a restart
 does not hand everyone a fresh allowance.
@@ -27,6 +29,7 @@ Clock = Callable[[], float]
 
 _WINDOW = 60  # seconds in the requests-per-minute window
 _DAY = 86_400
+_LONGEST_DAYS = 30  # the longest rolling window (rp30d), in UTC days
 _BUSY_RETRY_S = 1.0
 
 
@@ -36,6 +39,8 @@ class UsageSeed:
 
     `recent_requests`: unix times of requests in the last minute, so requests-per-minute
     also holds across a quick restart (older or future times are ignored).
+    `earlier_days`: (UTC day number, requests) for the 29 days before today, for the 7- and
+    30-day limits (other days are ignored).
     """
 
     key_id: str
@@ -43,6 +48,7 @@ class UsageSeed:
     tokens_today: int = 0
     usd_month: float = 0.0
     recent_requests: tuple[float, ...] = ()
+    earlier_days: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,8 @@ class LimitUsage:
 
     requests_last_minute: int
     requests_today: int
+    requests_7d: int
+    requests_30d: int
     tokens_today: int
     usd_month: float
     in_progress: int = 0
@@ -60,6 +68,7 @@ class _Counters:
     __slots__ = (
         "counts",
         "day",
+        "earlier",
         "low",
         "month_end",
         "month_start",
@@ -79,7 +88,8 @@ class _Counters:
         self.low = 0
         self.total = 0
         self.day = -1
-        self.requests = 0
+        self.requests = 0  # today's
+        self.earlier: dict[int, int] = {}  # UTC day -> requests, for the 29 days before today
         self.tokens = 0
         self.month_start = self.month_end = 0.0
         self.usd = 0.0
@@ -88,6 +98,9 @@ class _Counters:
         """Start a new day or month when the clock has moved into one."""
         day = int(now // _DAY)
         if day != self.day:
+            if self.requests:
+                self.earlier[self.day] = self.requests
+            self.earlier = {d: n for d, n in self.earlier.items() if day - _LONGEST_DAYS < d < day}
             self.day, self.requests, self.tokens = day, 0, 0
         if not self.month_start <= now < self.month_end:
             self.month_start, self.month_end = _month_bounds(now)
@@ -121,6 +134,11 @@ class _Counters:
             )
         self.low = oldest
         return self.total
+
+    def in_days(self, days: int) -> int:
+        """Requests in the last `days` UTC days, today included."""
+        first = self.day - days + 1
+        return self.requests + sum(n for d, n in self.earlier.items() if d >= first)
 
     def recent(self, now: float) -> list[tuple[int, int]]:
         """(second, count) of the buckets still in the window, oldest first."""
@@ -171,6 +189,8 @@ class LimitKeeper:
             for r in (
                 _rpm(counters, limits, now),
                 _rpd(counters, limits, now),
+                _rolling(counters, limits.rp7d, 7, now),
+                _rolling(counters, limits.rp30d, 30, now),
                 _tpd(counters, limits, now),
                 _usd(counters, limits, now),
                 _busy(in_progress, limits),
@@ -204,6 +224,11 @@ class LimitKeeper:
             counters.requests = seed.requests_today
             counters.tokens = seed.tokens_today
             counters.usd = seed.usd_month
+            counters.earlier = {
+                day: count
+                for day, count in seed.earlier_days
+                if counters.day - _LONGEST_DAYS < day < counters.day and count > 0
+            }
             for at in seed.recent_requests:
                 if now - _WINDOW < at <= now:
                     counters.add_request(at)
@@ -215,6 +240,8 @@ class LimitKeeper:
         return LimitUsage(
             requests_last_minute=counters.in_window(now),
             requests_today=counters.requests,
+            requests_7d=counters.in_days(7),
+            requests_30d=counters.in_days(30),
             tokens_today=counters.tokens,
             usd_month=counters.usd,
             in_progress=self._in_progress.get(key_id, 0),
@@ -233,6 +260,8 @@ def _has_room(counters: _Counters, limits: KeyLimits, now: float) -> bool:
     return (
         (limits.rpm is None or counters.in_window(now) < limits.rpm)
         and (limits.rpd is None or counters.requests < limits.rpd)
+        and (limits.rp7d is None or counters.in_days(7) < limits.rp7d)
+        and (limits.rp30d is None or counters.in_days(30) < limits.rp30d)
         and (limits.tpd is None or counters.tokens < limits.tpd)
         and (limits.usd_month is None or counters.usd < limits.usd_month)
     )
@@ -267,6 +296,28 @@ def _rpd(counters: _Counters, limits: KeyLimits, now: float) -> Reached:
     return wait, (
         f"This key has used its {limits.rpd} requests for today; the limit resets at "
         f"00:00 UTC, in {_duration(wait)}."
+    )
+
+
+def _rolling(counters: _Counters, limit: int | None, days: int, now: float) -> Reached:
+    """The 7- or 30-day request limit: room comes back as the oldest days leave the window."""
+    if limit is None:
+        return None
+    excess = counters.in_days(days) - limit + 1
+    if excess <= 0:
+        return None
+    first = counters.day - days + 1
+    by_day = sorted((d, n) for d, n in counters.earlier.items() if d >= first)
+    by_day.append((counters.day, counters.requests))
+    wait = (counters.day + days) * _DAY - now
+    for day, count in by_day:
+        excess -= count
+        if excess <= 0:
+            wait = (day + days) * _DAY - now
+            break
+    return wait, (
+        f"This key has used its {limit} requests for the last {days} days; room comes back "
+        f"as the oldest of them leave the window, in {_duration(wait)}."
     )
 
 

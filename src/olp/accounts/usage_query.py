@@ -193,8 +193,9 @@ _ADMITTED_SQL = f"COALESCE(error_code, '') NOT IN ({', '.join(repr(c) for c in _
 
 
 def limit_seeds(conn: sqlite3.Connection, now: float) -> list[UsageSeed]:
-    """Per key: today's requests and tokens, this month's API-equivalent cost and the
-    last minute's request times (UTC) — what `LimitKeeper.seed()` takes at start.
+    """Per key: today's requests and tokens, this month's API-equivalent cost, the
+    last minute's request times and the requests of each of the 29 days before today
+    (UTC) — what `LimitKeeper.seed()` takes at start.
 
     Unpriced requests add nothing to the month's cost (their price is unknown).
     """
@@ -203,6 +204,7 @@ def limit_seeds(conn: sqlite3.Connection, now: float) -> list[UsageSeed]:
         day=1, hour=0, minute=0, second=0, microsecond=0
     )
     params = {"day": day, "month": month.timestamp(), "minute": now - 60, "now": now}
+    params["since"] = day - 29 * _DAY_S
     totals = _query(
         conn,
         f"""SELECT key_id, SUM(ts >= :day),
@@ -220,6 +222,14 @@ def limit_seeds(conn: sqlite3.Connection, now: float) -> list[UsageSeed]:
         params,
     ):
         recent.setdefault(key, []).append(float(ts))
+    earlier: dict[str, list[tuple[int, int]]] = {}
+    for key, day_number, count in _query(
+        conn,
+        f"""SELECT key_id, CAST(ts / {_DAY_S} AS INTEGER), COUNT(*) FROM ledger_requests
+           WHERE ts >= :since AND ts < :day AND {_ADMITTED_SQL} GROUP BY 1, 2""",
+        params,
+    ):
+        earlier.setdefault(key, []).append((int(day_number), int(count)))
     return [
         UsageSeed(
             key_id=key,
@@ -227,9 +237,10 @@ def limit_seeds(conn: sqlite3.Connection, now: float) -> list[UsageSeed]:
             tokens_today=int(tokens),
             usd_month=float(usd),
             recent_requests=tuple(recent.get(key, ())),
+            earlier_days=tuple(earlier.pop(key, ())),
         )
         for key, requests, tokens, usd in totals
-    ]
+    ] + [UsageSeed(key_id=key, earlier_days=tuple(days)) for key, days in earlier.items()]
 
 
 def read_limit_seeds(path: Path, now: float) -> list[UsageSeed]:

@@ -9,6 +9,7 @@ from olp.cli.cache import cache
 from olp.cli.config_cmd import config_group
 from olp.cli.doctor import doctor
 from olp.cli.keys import keys_group
+from olp.cli.migrate_ocp import migrate_from_ocp
 from olp.cli.quota import providers, quota
 from olp.cli.setup import setup
 from olp.cli.start import start
@@ -48,6 +49,7 @@ cli.add_command(quota)
 cli.add_command(providers)
 cli.add_command(setup)
 cli.add_command(usage)
+cli.add_command(migrate_from_ocp)
 
 
 def main() -> None:

@@ -48,6 +48,8 @@ class LimitChanges(TypedDict):
 
     rpm: int | Keep | None
     rpd: int | Keep | None
+    rp7d: int | Keep | None
+    rp30d: int | Keep | None
     tpd: int | Keep | None
     usd_month: float | Keep | None
     concurrent: int | Keep | None
@@ -146,6 +148,12 @@ def setting_options(f: Any) -> Any:
         help="API-equivalent USD per calendar month; the key then only uses models OLP can price.",
     )(f)
     f = click.option("--tpd", type=_INT, help="Tokens per UTC day (prompt + completion).")(f)
+    f = click.option(
+        "--rp30d", type=_INT, help="Requests in the last 30 UTC days, today included (rolling)."
+    )(f)
+    f = click.option(
+        "--rp7d", type=_INT, help="Requests in the last 7 UTC days, today included (rolling)."
+    )(f)
     f = click.option("--rpd", type=_INT, help="Requests per UTC day.")(f)
     f = click.option("--rpm", type=_INT, help="Requests per minute (sliding window).")(f)
     f = click.option("--providers", multiple=True, help=f"Allowed providers: {_PATTERN_HELP}.")(f)
@@ -157,6 +165,8 @@ def new_limits(args: Mapping[str, LimitArg]) -> KeyLimits:
     return KeyLimits(
         rpm=_int(args["rpm"]),
         rpd=_int(args["rpd"]),
+        rp7d=_int(args["rp7d"]),
+        rp30d=_int(args["rp30d"]),
         tpd=_int(args["tpd"]),
         usd_month=_float(args["usd_month"]),
         concurrent=_int(args["concurrent"]),
@@ -168,6 +178,8 @@ def changed_limits(args: Mapping[str, LimitArg]) -> LimitChanges:
     return LimitChanges(
         rpm=_keep(args["rpm"], _int),
         rpd=_keep(args["rpd"], _int),
+        rp7d=_keep(args["rp7d"], _int),
+        rp30d=_keep(args["rp30d"], _int),
         tpd=_keep(args["tpd"], _int),
         usd_month=_keep(args["usd_month"], _float),
         concurrent=_keep(args["concurrent"], _int),

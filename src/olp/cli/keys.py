@@ -266,6 +266,8 @@ def _limits(limits: KeyLimits) -> str:
         for name, value in (
             ("rpm", limits.rpm),
             ("rpd", limits.rpd),
+            ("rp7d", limits.rp7d),
+            ("rp30d", limits.rp30d),
             ("tpd", limits.tpd),
             ("usd/month", limits.usd_month),
             ("concurrent", limits.concurrent),

@@ -5,8 +5,6 @@ print client settings. The rules live in `setup_plan` (pure), the probes in `set
 from __future__ import annotations
 
 import os
-import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import click
 from olp.accounts import OwnerKeyFile
 from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.cli.common import client_base_url, fail
+from olp.cli.config_file import check_document, replace_config
 from olp.cli.setup_clients import client_snippets
 from olp.cli.setup_detect import detect_machine
 from olp.cli.setup_plan import (
@@ -29,8 +28,8 @@ from olp.cli.setup_plan import (
     plan_chains,
 )
 from olp.cli.setup_render import render_config
-from olp.config import load_config, olp_home
-from olp.errors import ConfigError, OLPError
+from olp.config import olp_home
+from olp.errors import OLPError
 from olp.providers.base import ProviderPlugin
 from olp.providers.loader import known_providers, load_plugins
 from olp.registry import Registry, load_registry
@@ -100,8 +99,8 @@ def setup(yes: bool, force: bool, home: Path | None, port: int, no_local: bool) 
         click.echo("Nothing written.")
         return
     data = render_config(plan.config)
-    _validate(data, env)
-    backup = _write(path, data)
+    check_document(data, env, command="olp setup")
+    backup = replace_config(path, data)
     if backup:
         click.echo(f"\nBacked up the previous config to {backup}")
     click.echo(f"\nWrote {path}")
@@ -206,74 +205,6 @@ def _show(plan: Plan) -> None:
             click.echo(f"  {name:<13} {_hops(hops)}")
     for note in plan.notes:
         click.echo(f"note: {note}")
-
-
-def _validate(data: bytes, env: Mapping[str, str]) -> None:
-    """Load the document exactly as `olp start` will, before it replaces anything."""
-    with tempfile.TemporaryDirectory(prefix="olp-setup-") as tmp:
-        Path(tmp, "config.json").write_bytes(data)
-        check_env = {k: v for k, v in env.items() if not k.startswith("OLP_")}
-        check_env["OLP_HOME"] = tmp
-        try:
-            load_config(check_env, detect_local_servers=False)
-        except ConfigError as exc:
-            fail(
-                f"olp setup built an invalid config (a bug; please report it):\n{exc}",
-                hint="nothing was written; write config.json by hand (docs/configuration.md)",
-            )
-
-
-def _write(path: Path, data: bytes) -> Path | None:
-    """Back up what is there, then replace it atomically (tmp + rename), mode 0600."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        backup = _backup(path) if path.exists() else None
-        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-        _write_new(tmp, data)
-        try:
-            os.replace(tmp, path)
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
-        _fsync_dir(path.parent)
-    except OSError as exc:
-        fail(
-            f"cannot write {path}: {exc.strerror or exc}",
-            hint="check that directory's permissions, or choose another one with --home",
-        )
-    return backup
-
-
-def _backup(path: Path) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.bak-{stamp}")
-    n = 1
-    while target.exists():  # two runs in one second keep both backups
-        target = path.with_name(f"{path.name}.bak-{stamp}-{n}")
-        n += 1
-    _write_new(target, path.read_bytes())
-    return target
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    """Create `path` (never an existing file) with mode 0600 and `data`, flushed to disk."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-    except OSError:
-        path.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _owner_key(home: Path, env: Mapping[str, str]) -> str | None:

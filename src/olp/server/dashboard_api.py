@@ -81,6 +81,8 @@ def key_rows(records: list[KeyRecord], limits: LimitKeeper) -> list[dict[str, An
         used = {
             "rpm": (usage.requests_last_minute, lim.rpm),
             "rpd": (usage.requests_today, lim.rpd),
+            "rp7d": (usage.requests_7d, lim.rp7d),
+            "rp30d": (usage.requests_30d, lim.rp30d),
             "tpd": (usage.tokens_today, lim.tpd),
             "usd_month": (round(usage.usd_month, 6), lim.usd_month),
             "concurrent": (usage.in_progress, lim.concurrent),

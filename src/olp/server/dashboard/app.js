@@ -332,7 +332,7 @@
           + new Date(k.expires_at * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC" }));
       }
       tr.append(cell);
-      for (const [limit, format] of [["rpm", num], ["rpd", num], ["tpd", num], ["usd_month", usd], ["concurrent", num]]) {
+      for (const [limit, format] of [["rpm", num], ["rpd", num], ["rp7d", num], ["rp30d", num], ["tpd", num], ["usd_month", usd], ["concurrent", num]]) {
         tr.append(limitCell(limit, k.usage[limit], k.limits[limit], k.utilisation[limit], format));
       }
       tr.append(el("td", { class: "muted", text: ago(k.last_used) }));
