@@ -20,7 +20,7 @@ import pytest
 from real_cli import RealCli, real_cli
 from real_cli_chat import ANSWER, SYSTEM, detail, post, real_cli_config, stream_chat
 
-from fakes.upstream import FakeUpstream, RecordedRequest, Status, Text
+from fakes.upstream import FakeUpstream, Hang, RecordedRequest, Status, Text
 from olp_server import olp_server
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -101,6 +101,27 @@ def test_claude_rate_limit_falls_back_at_once(
     assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "RATE_LIMITED", "fallback")
     assert len(model_requests(upstream)) == 1  # the CLI's own retries are off
     assert took < 30
+
+
+def test_claude_hanging_upstream_falls_back_after_first_byte_ms(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """The upstream takes the request and never answers. The CLI meanwhile prints its
+    `system/init` and `status: requesting` lines: they are not the answer, so the hop
+    falls back after `first_byte_ms`, long before `idle_ms`."""
+    upstream.script(Hang(120))
+    conf = config("claude", claude, claude_env(upstream), beta, first_byte_ms=1500, idle_ms=30_000)
+    with olp_server(tmp_path, conf) as olp:
+        started = time.monotonic()
+        resp = post(olp)
+        took = time.monotonic() - started
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [hop] = detail(resp)
+    assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "TIMEOUT", "fallback")
+    assert "first-byte timeout" in hop["message"]
+    assert len(model_requests(upstream)) == 1  # the CLI did reach the upstream
+    assert took < 10
 
 
 def _unified_rejected(resets_at: int) -> dict[str, str]:
@@ -185,21 +206,26 @@ def test_qwen_api_error_answer_is_an_error_not_content(
     assert beta.calls == 0
 
 
-def test_qwen_rate_limit_falls_back_after_the_idle_timeout(
+def test_qwen_rate_limit_falls_back_after_first_byte_ms(
     tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    """Qwen Code retries a 429 — usage limits included — for minutes and says nothing
-    meanwhile (no knob turns that off in --bare mode): OLP's idle timeout ends it, the
-    next hop serves, and no cooldown can be taken because no reset time was seen."""
+    """Qwen Code retries a 429 — usage limits included — for minutes, printing only its
+    `system/init` line (no knob turns that off in --bare mode): no answer came, so the
+    hop ends after `first_byte_ms` (not `idle_ms`), the child is killed, the next hop
+    serves, and no cooldown can be taken because no reset time was seen."""
     quota = {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}
     upstream.script(*[Status(429, quota)] * 200)
-    conf = config("qwen", qwen, qwen_env(upstream), beta, idle_ms=3000)
+    conf = config("qwen", qwen, qwen_env(upstream), beta, first_byte_ms=3000, idle_ms=30_000)
     with olp_server(tmp_path, conf) as olp:
+        started = time.monotonic()
         resp = post(olp)
+        took = time.monotonic() - started
         again = post(olp)
     assert resp.status_code == 200
     assert resp.json()["choices"][0]["message"]["content"] == "from beta"
     [hop] = detail(resp)
     assert (hop["code"], hop["trigger"]) == ("TIMEOUT", "fallback")
+    assert "first-byte timeout" in hop["message"]
+    assert took < 10
     assert len(model_requests(upstream)) >= 1
     assert detail(again)[0]["code"] == "TIMEOUT"  # tried again: nothing to cool down for

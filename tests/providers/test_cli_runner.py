@@ -216,18 +216,29 @@ def test_resolve_command_on_path(make_config: Any, tmp_path: Path) -> None:
     assert runner(named).resolve_command() == str(bin_dir / "mycli")
 
 
-def run_to_error(config: ProviderConfig, **kw: Any) -> tuple[ProviderError, list[bytes], int]:
-    """Run until the runner raises; return the error, the lines before it and the pid."""
+def run_to_error(
+    config: ProviderConfig,
+    answers: Callable[[bytes], bool] = lambda line: True,
+    invocation: CliInvocation | None = None,
+    **kw: Any,
+) -> tuple[ProviderError, list[bytes], int]:
+    """Run until the runner raises; return the error, the lines before it and the pid.
+
+    `answers(line)`: whether a line carries part of the answer (what a translation
+    reports with `answered()`); the others are the CLI's chatter.
+    """
     run = runner(config, **kw)
     lines: list[bytes] = []
     pid = 0
 
     async def go() -> None:
         nonlocal pid
-        async with run.spawn(CliInvocation(args=())) as proc:
+        async with run.spawn(invocation or CliInvocation(args=())) as proc:
             pid = proc.pid
             async for line in proc.lines():
                 lines.append(line)
+                if answers(line):
+                    proc.answered()
             await proc.wait()
 
     with pytest.raises(ProviderError) as info:
@@ -258,6 +269,45 @@ def test_timeouts(make_config: Any, script: str, timeouts: dict[str, int], kind:
     assert time.monotonic() - started < 5
     if kind == "total":
         assert len(lines) > 3
+
+
+_STATUS_LOOP = "while True:\n    print('status', flush=True); time.sleep(0.05)"
+
+
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        (_STATUS_LOOP, "first-byte"),
+        ("print('answer', flush=True)\n" + _STATUS_LOOP, "idle"),
+    ],
+    ids=["chatter-before-the-answer", "chatter-after-part-of-the-answer"],
+)
+def test_chatter_is_not_progress(make_config: Any, script: str, kind: str) -> None:
+    """Lines that carry no answer (a CLI's status lines and heartbeats) neither end the
+    first-byte wait nor restart the idle clock, however often they come."""
+    timeouts = {"first_byte_ms": 800, "idle_ms": 800, "total_ms": 30_000}
+    started = time.monotonic()
+    err, lines, _ = run_to_error(
+        make_config(PRELUDE + script, timeouts=timeouts), lambda line: line == b"answer"
+    )
+    took = time.monotonic() - started
+    assert err.failure is Failure.TIMEOUT
+    assert f"({kind} timeout)" in err.message
+    assert lines.count(b"status") > 5  # the chatter did flow meanwhile
+    assert took < 3
+
+
+def test_a_cli_printing_whole_messages_has_only_the_total_deadline(make_config: Any) -> None:
+    """Silence before a whole message is the model writing: only `total_ms` ends it."""
+    timeouts = {"first_byte_ms": 200, "idle_ms": 200, "total_ms": 1500}
+    started = time.monotonic()
+    err, _, _ = run_to_error(
+        make_config(PRELUDE + "time.sleep(30)", timeouts=timeouts),
+        invocation=CliInvocation(args=(), prints_whole_messages=True),
+    )
+    assert err.failure is Failure.TIMEOUT
+    assert "(total timeout)" in err.message
+    assert 1.4 < time.monotonic() - started < 5
 
 
 def test_fifty_megabyte_line_is_refused(make_config: Any) -> None:

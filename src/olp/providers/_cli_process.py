@@ -3,6 +3,11 @@
 Reads stdout incrementally under OLP's own first-byte / idle / total deadlines with
 bounded lines, drains stderr into a small tail, and on `terminate()` ends the child's
 whole process group: SIGTERM, then SIGKILL after the runner's grace, then reaps it.
+
+The deadlines follow the answer, not the bytes: a CLI prints its own chatter (an init
+line, "requesting" status lines, heartbeats) before and while its upstream works, so
+only `answered()` — called by whoever translates the lines, when a line carried part of
+the answer or a classified error — ends the first-byte wait and restarts the idle clock.
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class CliProcess:
         started: float,
         *,
         keep_stdin_open: bool = False,
+        whole_messages: bool = False,
         work: Path | None = None,
     ) -> None:
         self.home = home
@@ -63,11 +69,14 @@ class CliProcess:
         self._name = Path(runner.command).name
         self._proc = proc
         timeouts = runner.config.timeouts
-        self._first_byte_s = timeouts.first_byte_ms / 1000
-        self._idle_s = timeouts.idle_ms / 1000
         self._total_s = timeouts.total_ms / 1000
+        if whole_messages:
+            self._first_byte_s = self._idle_s = self._total_s
+        else:
+            self._first_byte_s = timeouts.first_byte_ms / 1000
+            self._idle_s = timeouts.idle_ms / 1000
         self._started = started
-        self._got_byte = False
+        self._answered_at: float | None = None
         self._stderr = bytearray()
         self._terminated = False
         self._keep_stdin_open = keep_stdin_open
@@ -102,6 +111,20 @@ class CliProcess:
         if buf:
             yield bytes(buf)
 
+    def answered(self) -> None:
+        """The last line carried part of the answer (or a classified error): the
+        first-byte wait is over and the idle clock starts again from now."""
+        self._answered_at = time.monotonic()
+
+    async def output(self) -> list[bytes]:
+        """Every stdout line to EOF, for a command whose whole output is its answer
+        (`--version`, `login status`): each line counts as progress."""
+        lines: list[bytes] = []
+        async for line in self.lines():
+            self.answered()
+            lines.append(line)
+        return lines
+
     async def wait(self) -> int:
         """Exit status once stdout is done (negative: killed by that signal)."""
         deadline = min(self._started + self._total_s, time.monotonic() + self._idle_s)
@@ -124,10 +147,9 @@ class CliProcess:
         """The next stdout chunk; b"" at EOF (or once the child exited and went quiet)."""
         stdout = self._proc.stdout
         assert stdout is not None
-        now = time.monotonic()
         total_at = self._started + self._total_s
-        if self._got_byte:
-            at, kind, seconds = now + self._idle_s, "idle", self._idle_s
+        if self._answered_at is not None:
+            at, kind, seconds = self._answered_at + self._idle_s, "idle", self._idle_s
         else:
             at, kind, seconds = self._started + self._first_byte_s, "first-byte", self._first_byte_s
         if total_at <= at:
@@ -148,8 +170,6 @@ class CliProcess:
                 if self._proc.returncode is not None:
                     return b""
                 continue
-            if chunk:
-                self._got_byte = True
             return chunk
 
     def _timeout(self, what: str, seconds: float, kind: str) -> ProviderError:
@@ -246,8 +266,8 @@ class CliProcess:
 
 
 _SILENCE = {
-    "first-byte": "wrote nothing",
-    "idle": "went silent",
+    "first-byte": "gave no answer",
+    "idle": "gave nothing more of its answer",
     "total": "did not finish",
 }
 

@@ -9,6 +9,10 @@ and early termination the same way:
 
 - each stdout line goes to `translator.feed(line)`; its events are yielded at once (token
   streaming) and it may raise `ProviderError` for an in-band error;
+- a line the translator counts in `answer_lines` is progress (`CliProcess.answered()`):
+  it ends the first-byte wait and restarts the idle clock. The CLI's own init, status
+  and heartbeat lines are not, so a CLI that talks while its upstream hangs still falls
+  back after `first_byte_ms`;
 - once `translator.done` (a terminal event was seen) reading stops: `end(None, stderr)`
   gives the last events and the child is terminated — no waiting for it to exit;
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
@@ -47,6 +51,14 @@ class LineTranslator(Protocol):
         """A terminal event was seen: the answer is complete (or failed)."""
         ...
 
+    @property
+    def answer_lines(self) -> int:
+        """Lines fed so far that were the upstream answering: a piece of the answer (text,
+        reasoning, its framing, usage, the end) or an error the translation classifies —
+        not the CLI's own init, status, retry or heartbeat lines. OLP's first-byte and
+        idle deadlines count only these."""
+        ...
+
     def feed(self, line: bytes) -> list[Event]:
         """Events for one stdout line (unparsable lines give none). May raise."""
         ...
@@ -61,7 +73,11 @@ async def stream_cli(
 ) -> AsyncIterator[Event]:
     async with runner.spawn(invocation) as proc:
         async for line in proc.lines():
-            for event in translator.feed(line):
+            seen = translator.answer_lines
+            events = translator.feed(line)
+            if translator.answer_lines != seen:
+                proc.answered()
+            for event in events:
                 yield event
             if translator.done:
                 break
@@ -103,7 +119,7 @@ async def cli_version(
     """The CLI's version line, or raise ProviderError (not found, failed, timed out)."""
     try:
         async with asyncio.timeout(timeout_s), runner.spawn(CliInvocation(tuple(args))) as proc:
-            lines = [line async for line in proc.lines()]
+            lines = await proc.output()
             status = await proc.wait()
             stderr = proc.stderr_tail()
     except TimeoutError as exc:

@@ -11,7 +11,9 @@ What it guarantees, so providers stay pure translation:
 - argv list (never a shell); the prompt goes on stdin; the child runs in a private empty
   working directory with a private HOME and TMPDIR (`_sandbox`), credentials linked in,
   and an environment built only from the config (no OLP secret reaches a child);
-- OLP's own first-byte / idle / total deadlines → `Failure.TIMEOUT`; bounded line parsing
+- OLP's own first-byte / idle / total deadlines → `Failure.TIMEOUT`, counted from the
+  answer the translation finds in the output (`CliProcess.answered()`), not from the
+  CLI's own chatter; bounded line parsing
   (a line over `max_line_bytes` → `Failure.SPAWN_FAILED`); stderr drained concurrently
   into a small tail buffer so a chatty stderr never blocks the child;
 - the child leads its own process group; leaving `spawn()` for any reason (end, error,
@@ -66,6 +68,10 @@ class CliInvocation:
     # (codex app-server's JSON-RPC): write more with `CliProcess.send()`. Closed when the
     # child is terminated.
     keep_stdin_open: bool = False
+    # The CLI prints each message only once it is complete (Vibe): nothing on stdout can
+    # show the upstream's first byte or a stall, so only `total_ms` applies and the CLI's
+    # own upstream timeouts (set by its provider) bound the rest.
+    prints_whole_messages: bool = False
 
 
 class CliRunner:
@@ -209,5 +215,6 @@ class CliRunner:
             invocation.stdin,
             started,
             keep_stdin_open=invocation.keep_stdin_open,
+            whole_messages=invocation.prints_whole_messages,
             work=box.work,
         )

@@ -46,9 +46,12 @@ class CodexCliProvider(CliProvider):
         async with self._runner.spawn(self._invocation(request, system, turn)) as proc:
             try:
                 async for line in proc.lines():
+                    seen = turn.answer_lines
                     events, reply = turn.feed(line)
                     if reply:
                         await proc.send(reply)
+                    if turn.answer_lines != seen:
+                        proc.answered()
                     for event in events:
                         yield event
                     if turn.done:
@@ -112,7 +115,7 @@ class CodexCliProvider(CliProvider):
         )
         try:
             async with asyncio.timeout(10), self._runner.spawn(invocation) as proc:
-                lines = [line async for line in proc.lines()]
+                lines = await proc.output()
                 status = await proc.wait()
                 said = [line.decode("utf-8", "replace") for line in lines]
                 said += proc.stderr_tail().splitlines()

@@ -112,6 +112,10 @@ class QwenTranslator:
     def done(self) -> bool:
         return self.parser.done
 
+    @property
+    def answer_lines(self) -> int:
+        return self.parser.answer_lines
+
     def feed(self, line: bytes) -> list[Event]:
         try:
             doc = orjson.loads(line)
