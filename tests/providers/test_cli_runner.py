@@ -599,3 +599,53 @@ def test_a_cancel_that_lands_as_output_arrives_is_never_lost(make_config: Any, t
 
     assert asyncio.run(go()) == "cancelled"
     assert wait_gone(procs[0].pid, 3.0)
+
+
+def test_a_classified_stderr_line_ends_the_run_at_once(make_config: Any) -> None:
+    """A CLI that only says on stderr that it is retrying: the first line the check
+    classifies ends the read (long before any deadline) and the child is killed."""
+    script = (
+        PRELUDE
+        + 'print(\'{"type": "init"}\', flush=True)\n'
+        + "sys.stderr.write('noise\\n'); sys.stderr.flush(); time.sleep(0.3)\n"
+        + "sys.stderr.write('retrying after 4'); sys.stderr.flush(); time.sleep(0.3)\n"
+        + "sys.stderr.write('29\\n'); sys.stderr.flush(); time.sleep(30)\n"
+    )
+    config = make_config(script, timeouts={"first_byte_ms": 20_000, "idle_ms": 20_000})
+    seen: list[bytes] = []
+
+    def check(line: bytes) -> ProviderError | None:
+        seen.append(line)
+        if line.startswith(b"retrying after 429"):
+            return ProviderError(Failure.RATE_LIMITED, "429", provider="cli")
+        return None
+
+    run = runner(config)
+    pid = 0
+
+    async def go() -> None:
+        nonlocal pid
+        async with run.spawn(CliInvocation(args=())) as proc:
+            pid = proc.pid
+            proc.watch_stderr(check)
+            await collect(proc)
+
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(go())
+    assert info.value.failure is Failure.RATE_LIMITED
+    assert time.monotonic() - started < 5
+    assert seen == [b"noise", b"retrying after 429"]  # whole lines, split writes joined
+    assert wait_gone(pid, 1.0)
+
+
+def test_home_links_are_made_in_the_private_home(make_config: Any) -> None:
+    script = PRELUDE + "print(os.readlink(os.path.join(os.environ['HOME'], 'a/log.txt')))\n"
+    run = runner(make_config(script))
+
+    async def go() -> list[bytes]:
+        invocation = CliInvocation(args=(), home_links={"a/log.txt": "/dev/stderr"})
+        async with run.spawn(invocation) as proc:
+            return await proc.output()
+
+    assert asyncio.run(go()) == [b"/dev/stderr"]

@@ -16,7 +16,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
@@ -25,7 +25,7 @@ from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
 from olp.observability import event_logger
 
-__all__ = ["STDERR_TAIL_BYTES", "CliProcess", "ProcessOwner"]
+__all__ = ["STDERR_TAIL_BYTES", "CliProcess", "ProcessOwner", "StderrCheck"]
 
 log = event_logger("olp.providers.cli")
 
@@ -34,6 +34,10 @@ _CHUNK = 64 * 1024
 # How often `wait()` re-checks the exit status when a grandchild still holds the pipes
 # open (asyncio only reports the exit once every pipe has closed).
 _EXIT_POLL_S = 0.05
+
+
+# A classifier for one stderr line: the error it means, or None.
+StderrCheck = Callable[[bytes], ProviderError | None]
 
 
 class ProcessOwner(Protocol):
@@ -78,6 +82,8 @@ class CliProcess:
         self._started = started
         self._answered_at: float | None = None
         self._stderr = bytearray()
+        self._stderr_check: StderrCheck | None = None
+        self._stderr_failure: ProviderError | None = None
         self._terminated = False
         self._keep_stdin_open = keep_stdin_open
         self._tasks = (
@@ -115,6 +121,11 @@ class CliProcess:
         """The last line carried part of the answer (or a classified error): the
         first-byte wait is over and the idle clock starts again from now."""
         self._answered_at = time.monotonic()
+
+    def watch_stderr(self, check: StderrCheck) -> None:
+        """Give each stderr line to `check` as it comes; the first error it returns ends
+        the read (`lines()` raises it), for a CLI whose retry notices reach only stderr."""
+        self._stderr_check = check
 
     async def output(self) -> list[bytes]:
         """Every stdout line to EOF, for a command whose whole output is its answer
@@ -155,6 +166,8 @@ class CliProcess:
         if total_at <= at:
             at, kind, seconds = total_at, "total", self._total_s
         while True:
+            if self._stderr_failure is not None:
+                raise self._stderr_failure
             left = at - time.monotonic()
             if left <= 0:
                 raise self._timeout(_SILENCE[kind], seconds, kind)
@@ -218,10 +231,16 @@ class CliProcess:
     async def _drain_stderr(self) -> None:
         stderr = self._proc.stderr
         assert stderr is not None
+        pending = bytearray()  # the line being written, for `_stderr_check`
         while chunk := await stderr.read(4096):
             self._stderr += chunk
             if len(self._stderr) > 2 * STDERR_TAIL_BYTES:
                 del self._stderr[:-STDERR_TAIL_BYTES]
+            if self._stderr_check is not None and self._stderr_failure is None:
+                pending += chunk
+                *complete, rest = pending.split(b"\n")
+                pending = rest[-STDERR_TAIL_BYTES:]
+                self._stderr_failure = _first_failure(self._stderr_check, complete)
 
     # -- ending ------------------------------------------------------------------------
 
@@ -270,6 +289,13 @@ _SILENCE = {
     "idle": "gave nothing more of its answer",
     "total": "did not finish",
 }
+
+
+def _first_failure(check: StderrCheck, lines: list[bytearray]) -> ProviderError | None:
+    for line in lines:
+        if (error := check(bytes(line))) is not None:
+            return error
+    return None
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:

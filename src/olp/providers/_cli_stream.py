@@ -15,6 +15,8 @@ and early termination the same way:
   back after `first_byte_ms`;
 - once `translator.done` (a terminal event was seen) reading stops: `end(None, stderr)`
   gives the last events and the child is terminated — no waiting for it to exit;
+- a translator that also has `feed_stderr` (`StderrTranslator`) sees each stderr line as
+  it comes; the first error it returns ends the run at once (the child is killed);
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
   (`Finish("length")` after content, docs/design.md §5 rule 4) or an error.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, Usage
@@ -35,6 +37,7 @@ from olp.providers._subprocess import CliInvocation, CliRunner
 
 __all__ = [
     "LineTranslator",
+    "StderrTranslator",
     "cli_version",
     "credential_check",
     "exit_failure",
@@ -68,10 +71,21 @@ class LineTranslator(Protocol):
         ...
 
 
+@runtime_checkable
+class StderrTranslator(Protocol):
+    """A translator that also reads the CLI's stderr as it comes (optional)."""
+
+    def feed_stderr(self, line: bytes) -> ProviderError | None:
+        """The error one stderr line means (ends the run at once), or None."""
+        ...
+
+
 async def stream_cli(
     runner: CliRunner, invocation: CliInvocation, translator: LineTranslator
 ) -> AsyncIterator[Event]:
     async with runner.spawn(invocation) as proc:
+        if isinstance(translator, StderrTranslator):
+            proc.watch_stderr(translator.feed_stderr)
         async for line in proc.lines():
             seen = translator.answer_lines
             events = translator.feed(line)

@@ -64,6 +64,8 @@ class CliInvocation:
     # (path relative to the owner's real home, path relative to the private HOME):
     # symlinked in if the owner's file exists.
     credentials: tuple[tuple[str, str], ...] = ()
+    # Symlinks made under the private HOME: relative path → target.
+    home_links: Mapping[str, str] = field(default_factory=dict)
     # Leave stdin open after `stdin` was written, for a CLI that is spoken to over stdio
     # (codex app-server's JSON-RPC): write more with `CliProcess.send()`. Closed when the
     # child is terminated.
@@ -177,6 +179,7 @@ class CliRunner:
     def _prepare(self, box: Sandbox, invocation: CliInvocation) -> dict[str, str]:
         try:
             box.write_home_files(invocation.home_files)
+            box.link_home(invocation.home_links)
             box.link_credentials(self.config.user_home, invocation.credentials)
         except (OSError, ValueError) as exc:
             raise ProviderError(
