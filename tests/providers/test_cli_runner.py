@@ -225,7 +225,7 @@ def run_to_error(
     """Run until the runner raises; return the error, the lines before it and the pid.
 
     `answers(line)`: whether a line carries part of the answer (what a translation
-    reports with `answered()`); the others are the CLI's chatter.
+    counts for `answered`); the others are the CLI's chatter.
     """
     run = runner(config, **kw)
     lines: list[bytes] = []
@@ -235,10 +235,11 @@ def run_to_error(
         nonlocal pid
         async with run.spawn(invocation or CliInvocation(args=())) as proc:
             pid = proc.pid
+            answer_lines = 0
             async for line in proc.lines():
                 lines.append(line)
-                if answers(line):
-                    proc.answered()
+                answer_lines += answers(line)
+                proc.answered(answer_lines)
             await proc.wait()
 
     with pytest.raises(ProviderError) as info:

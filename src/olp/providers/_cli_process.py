@@ -1,13 +1,15 @@
 """One running CLI child (see `olp.providers._subprocess` for the runner that makes it).
 
 Reads stdout incrementally under OLP's own first-byte / idle / total deadlines with
-bounded lines, drains stderr into a small tail, and on `terminate()` ends the child's
-whole process group: SIGTERM, then SIGKILL after the runner's grace, then reaps it.
+bounded lines, drains stderr into a small tail (handing its lines to a check, when one is
+set with `watch_stderr()`), and on `terminate()` ends the child's whole process group:
+SIGTERM, then SIGKILL after the runner's grace, then reaps it.
 
 The deadlines follow the answer, not the bytes: a CLI prints its own chatter (an init
 line, "requesting" status lines, heartbeats) before and while its upstream works, so
-only `answered()` — called by whoever translates the lines, when a line carried part of
-the answer or a classified error — ends the first-byte wait and restarts the idle clock.
+only `answered(n)` — called by whoever translates the lines, with the count of lines that
+were part of the answer or a classified error — ends the first-byte wait and restarts the
+idle clock, each time that count grows.
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class CliProcess:
             self._first_byte_s = timeouts.first_byte_ms / 1000
             self._idle_s = timeouts.idle_ms / 1000
         self._started = started
+        self._answer_lines = 0
         self._answered_at: float | None = None
         self._stderr = bytearray()
         self._stderr_check: StderrCheck | None = None
@@ -117,10 +120,13 @@ class CliProcess:
         if buf:
             yield bytes(buf)
 
-    def answered(self) -> None:
-        """The last line carried part of the answer (or a classified error): the
-        first-byte wait is over and the idle clock starts again from now."""
-        self._answered_at = time.monotonic()
+    def answered(self, answer_lines: int) -> None:
+        """How many lines of the answer (or a classified error) the translation has
+        counted so far. When it grew, the first-byte wait is over and the idle clock
+        starts again from now; other lines (the CLI's chatter) leave both as they are."""
+        if answer_lines > self._answer_lines:
+            self._answer_lines = answer_lines
+            self._answered_at = time.monotonic()
 
     def watch_stderr(self, check: StderrCheck) -> None:
         """Give each stderr line to `check` as it comes; the first error it returns ends
@@ -132,8 +138,8 @@ class CliProcess:
         (`--version`, `login status`): each line counts as progress."""
         lines: list[bytes] = []
         async for line in self.lines():
-            self.answered()
             lines.append(line)
+            self.answered(len(lines))
         return lines
 
     async def wait(self) -> int:

@@ -9,7 +9,7 @@ and early termination the same way:
 
 - each stdout line goes to `translator.feed(line)`; its events are yielded at once (token
   streaming) and it may raise `ProviderError` for an in-band error;
-- a line the translator counts in `answer_lines` is progress (`CliProcess.answered()`):
+- a line the translator counts in `answer_lines` is progress (`CliProcess.answered`):
   it ends the first-byte wait and restarts the idle clock. The CLI's own init, status
   and heartbeat lines are not, so a CLI that talks while its upstream hangs still falls
   back after `first_byte_ms`;
@@ -87,10 +87,8 @@ async def stream_cli(
         if isinstance(translator, StderrTranslator):
             proc.watch_stderr(translator.feed_stderr)
         async for line in proc.lines():
-            seen = translator.answer_lines
             events = translator.feed(line)
-            if translator.answer_lines != seen:
-                proc.answered()
+            proc.answered(translator.answer_lines)
             for event in events:
                 yield event
             if translator.done:

@@ -12,7 +12,7 @@ What it guarantees, so providers stay pure translation:
   working directory with a private HOME and TMPDIR (`_sandbox`), credentials linked in,
   and an environment built only from the config (no OLP secret reaches a child);
 - OLP's own first-byte / idle / total deadlines → `Failure.TIMEOUT`, counted from the
-  answer the translation finds in the output (`CliProcess.answered()`), not from the
+  answer the translation finds in the output (`CliProcess.answered`), not from the
   CLI's own chatter; bounded line parsing
   (a line over `max_line_bytes` → `Failure.SPAWN_FAILED`); stderr drained concurrently
   into a small tail buffer so a chatty stderr never blocks the child;

@@ -46,12 +46,10 @@ class CodexCliProvider(CliProvider):
         async with self._runner.spawn(self._invocation(request, system, turn)) as proc:
             try:
                 async for line in proc.lines():
-                    seen = turn.answer_lines
                     events, reply = turn.feed(line)
                     if reply:
                         await proc.send(reply)
-                    if turn.answer_lines != seen:
-                        proc.answered()
+                    proc.answered(turn.answer_lines)
                     for event in events:
                         yield event
                     if turn.done:

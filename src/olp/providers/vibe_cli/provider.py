@@ -48,10 +48,8 @@ class VibeCliProvider(CliProvider):
         translator = VibeStream(self.name)
         async with self._runner.spawn(self._invocation(request, cli.system, cli.prompt)) as proc:
             async for line in proc.lines():
-                seen = translator.answer_lines
                 events = translator.feed(line)
-                if translator.answer_lines != seen:
-                    proc.answered()
+                proc.answered(translator.answer_lines)
                 for event in events:
                     yield event
             status = await proc.wait()
