@@ -20,7 +20,7 @@ import pytest
 from real_cli import RealCli, real_cli
 from real_cli_chat import ANSWER, SYSTEM, detail, post, real_cli_config, stream_chat
 
-from fakes.upstream import FakeUpstream, RecordedRequest, Status, Text
+from fakes.upstream import FakeUpstream, Hang, RecordedRequest, Status, Text
 from olp_server import olp_server
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -101,6 +101,30 @@ def test_claude_rate_limit_falls_back_at_once(
     assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "RATE_LIMITED", "fallback")
     assert len(model_requests(upstream)) == 1  # the CLI's own retries are off
     assert took < 30
+
+
+def test_claude_hanging_upstream_falls_back_after_first_byte_ms(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """The upstream takes the request and never answers. The CLI meanwhile prints its
+    `system/init` and `status: requesting` lines: they are not the answer, so the hop
+    falls back after `first_byte_ms`, long before `idle_ms`."""
+    upstream.script(Hang(120))
+    # Long enough for the CLI to start and send its request (about 2 s, more on a busy
+    # machine); far shorter than idle_ms, which is what ended the hop before.
+    timeouts = {"first_byte_ms": 10_000, "idle_ms": 120_000, "total_ms": 240_000}
+    conf = config("claude", claude, claude_env(upstream), beta, **timeouts)
+    with olp_server(tmp_path, conf) as olp:
+        started = time.monotonic()
+        resp = post(olp)
+        took = time.monotonic() - started
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [hop] = detail(resp)
+    assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "TIMEOUT", "fallback")
+    assert "first-byte timeout" in hop["message"]
+    assert len(model_requests(upstream)) == 1  # the CLI did reach the upstream
+    assert took < 40
 
 
 def _unified_rejected(resets_at: int) -> dict[str, str]:
@@ -185,21 +209,50 @@ def test_qwen_api_error_answer_is_an_error_not_content(
     assert beta.calls == 0
 
 
-def test_qwen_rate_limit_falls_back_after_the_idle_timeout(
+def test_qwen_rate_limit_falls_back_at_its_first_retry_notice(
     tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    """Qwen Code retries a 429 — usage limits included — for minutes and says nothing
-    meanwhile (no knob turns that off in --bare mode): OLP's idle timeout ends it, the
-    next hop serves, and no cooldown can be taken because no reset time was seen."""
-    quota = {"error": {"message": "You exceeded your current quota", "type": "insufficient_quota"}}
-    upstream.script(*[Status(429, quota)] * 200)
-    conf = config("qwen", qwen, qwen_env(upstream), beta, idle_ms=3000)
-    with olp_server(tmp_path, conf) as olp:
+    """Qwen Code retries a 429 for minutes and says so only in its debug log, which OLP
+    links to the child's stderr: the first retry notice is the failure. The hop is a
+    RATE_LIMITED fallback long before any deadline (60 s), the child is killed (its
+    retries stop), and the model cools down."""
+    error = {"error": {"message": "slow down", "type": "rate_limit_error"}}
+    upstream.script(*[Status(429, error)] * 200)
+    with olp_server(tmp_path, config("qwen", qwen, qwen_env(upstream), beta)) as olp:
+        started = time.monotonic()
         resp = post(olp)
+        took = time.monotonic() - started
+        tried = len(model_requests(upstream))
         again = post(olp)
+        time.sleep(2)
+    assert resp.status_code == 200
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [hop] = detail(resp)
+    assert (hop["code"], hop["trigger"]) == ("RATE_LIMITED", "fallback")
+    assert hop["message"].startswith("qwen: [API Error: 429 slow down")
+    assert took < 30
+    assert tried >= 1
+    assert len(model_requests(upstream)) == tried  # no retries after the kill
+    assert (detail(again)[0]["code"], detail(again)[0]["trigger"]) == ("COOLDOWN", "skip")
+
+
+def test_qwen_hanging_upstream_falls_back_after_first_byte_ms(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """Qwen Code prints its `system/init` line and waits on an upstream that never
+    answers: no answer came, so the hop ends after `first_byte_ms`, not `idle_ms`."""
+    upstream.script(Hang(120))
+    # Long enough for the CLI (slow to start: node, its bundle) to send its request.
+    timeouts = {"first_byte_ms": 20_000, "idle_ms": 120_000, "total_ms": 240_000}
+    conf = config("qwen", qwen, qwen_env(upstream), beta, **timeouts)
+    with olp_server(tmp_path, conf) as olp:
+        started = time.monotonic()
+        resp = post(olp)
+        took = time.monotonic() - started
     assert resp.status_code == 200
     assert resp.json()["choices"][0]["message"]["content"] == "from beta"
     [hop] = detail(resp)
     assert (hop["code"], hop["trigger"]) == ("TIMEOUT", "fallback")
-    assert len(model_requests(upstream)) >= 1
-    assert detail(again)[0]["code"] == "TIMEOUT"  # tried again: nothing to cool down for
+    assert "first-byte timeout" in hop["message"]
+    assert took < 60  # first_byte_ms, far from idle_ms
+    assert len(model_requests(upstream)) == 1

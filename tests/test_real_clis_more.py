@@ -35,7 +35,7 @@ from fakes.responses_gemini_upstream import (
     responses_error,
     responses_usage_limit,
 )
-from fakes.upstream import FakeUpstream, Text
+from fakes.upstream import FakeUpstream, Hang, Text
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 pytestmark = pytest.mark.timeout(300)
@@ -84,6 +84,43 @@ def provider_cooldown(server: ThreadServer) -> dict[str, Any]:
     [entry] = [p for p in quota["providers"] if p["provider"] == "real"]
     [cooling] = entry["cooldowns"]
     return dict(cooling)
+
+
+# -- both ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("cli", "env", "path"),
+    [("codex", codex_env, "/v1/responses"), ("gemini", gemini_env, ":streamGenerateContent")],
+)
+def test_hanging_upstream_falls_back_after_first_byte_ms(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    upstream: ResponsesGeminiUpstream,
+    beta: FakeUpstream,
+    cli: str,
+    env: Any,
+    path: str,
+) -> None:
+    """The upstream takes the request and never answers, while the CLI prints its own
+    lines (codex: the JSON-RPC handshake, turn/started, the echoed prompt; gemini: init
+    and the echoed prompt): none is the answer, so the hop falls back after
+    `first_byte_ms`, long before `idle_ms`."""
+    real: RealCli = request.getfixturevalue(cli)
+    upstream.script(Hang(120))
+    # Long enough for the CLI to start and send its request, even on a busy machine.
+    timeouts = {"first_byte_ms": 15_000, "idle_ms": 120_000, "total_ms": 240_000}
+    conf = real_cli_config(cli, real, env(upstream), beta, timeouts=timeouts)
+    with olp_server(tmp_path, conf) as server:
+        started = time.monotonic()
+        resp = post(server)
+        elapsed = time.monotonic() - started
+    assert resp.json()["choices"][0]["message"]["content"] == "from beta"
+    [failed] = detail(resp)
+    assert (failed["code"], failed["trigger"]) == ("TIMEOUT", "fallback")
+    assert "first-byte timeout" in failed["message"]
+    assert len(requests_to(upstream, path)) == 1  # the CLI did reach the upstream
+    assert elapsed < 45
 
 
 # -- codex --------------------------------------------------------------------------------

@@ -216,18 +216,30 @@ def test_resolve_command_on_path(make_config: Any, tmp_path: Path) -> None:
     assert runner(named).resolve_command() == str(bin_dir / "mycli")
 
 
-def run_to_error(config: ProviderConfig, **kw: Any) -> tuple[ProviderError, list[bytes], int]:
-    """Run until the runner raises; return the error, the lines before it and the pid."""
+def run_to_error(
+    config: ProviderConfig,
+    answers: Callable[[bytes], bool] = lambda line: True,
+    invocation: CliInvocation | None = None,
+    **kw: Any,
+) -> tuple[ProviderError, list[bytes], int]:
+    """Run until the runner raises; return the error, the lines before it and the pid.
+
+    `answers(line)`: whether a line carries part of the answer (what a translation
+    counts for `answered`); the others are the CLI's chatter.
+    """
     run = runner(config, **kw)
     lines: list[bytes] = []
     pid = 0
 
     async def go() -> None:
         nonlocal pid
-        async with run.spawn(CliInvocation(args=())) as proc:
+        async with run.spawn(invocation or CliInvocation(args=())) as proc:
             pid = proc.pid
+            answer_lines = 0
             async for line in proc.lines():
                 lines.append(line)
+                answer_lines += answers(line)
+                proc.answered(answer_lines)
             await proc.wait()
 
     with pytest.raises(ProviderError) as info:
@@ -258,6 +270,45 @@ def test_timeouts(make_config: Any, script: str, timeouts: dict[str, int], kind:
     assert time.monotonic() - started < 5
     if kind == "total":
         assert len(lines) > 3
+
+
+_STATUS_LOOP = "while True:\n    print('status', flush=True); time.sleep(0.05)"
+
+
+@pytest.mark.parametrize(
+    ("script", "kind"),
+    [
+        (_STATUS_LOOP, "first-byte"),
+        ("print('answer', flush=True)\n" + _STATUS_LOOP, "idle"),
+    ],
+    ids=["chatter-before-the-answer", "chatter-after-part-of-the-answer"],
+)
+def test_chatter_is_not_progress(make_config: Any, script: str, kind: str) -> None:
+    """Lines that carry no answer (a CLI's status lines and heartbeats) neither end the
+    first-byte wait nor restart the idle clock, however often they come."""
+    timeouts = {"first_byte_ms": 800, "idle_ms": 800, "total_ms": 30_000}
+    started = time.monotonic()
+    err, lines, _ = run_to_error(
+        make_config(PRELUDE + script, timeouts=timeouts), lambda line: line == b"answer"
+    )
+    took = time.monotonic() - started
+    assert err.failure is Failure.TIMEOUT
+    assert f"({kind} timeout)" in err.message
+    assert lines.count(b"status") > 5  # the chatter did flow meanwhile
+    assert took < 3
+
+
+def test_a_cli_printing_whole_messages_has_only_the_total_deadline(make_config: Any) -> None:
+    """Silence before a whole message is the model writing: only `total_ms` ends it."""
+    timeouts = {"first_byte_ms": 200, "idle_ms": 200, "total_ms": 1500}
+    started = time.monotonic()
+    err, _, _ = run_to_error(
+        make_config(PRELUDE + "time.sleep(30)", timeouts=timeouts),
+        invocation=CliInvocation(args=(), prints_whole_messages=True),
+    )
+    assert err.failure is Failure.TIMEOUT
+    assert "(total timeout)" in err.message
+    assert 1.4 < time.monotonic() - started < 5
 
 
 def test_fifty_megabyte_line_is_refused(make_config: Any) -> None:
@@ -549,3 +600,53 @@ def test_a_cancel_that_lands_as_output_arrives_is_never_lost(make_config: Any, t
 
     assert asyncio.run(go()) == "cancelled"
     assert wait_gone(procs[0].pid, 3.0)
+
+
+def test_a_classified_stderr_line_ends_the_run_at_once(make_config: Any) -> None:
+    """A CLI that only says on stderr that it is retrying: the first line the check
+    classifies ends the read (long before any deadline) and the child is killed."""
+    script = (
+        PRELUDE
+        + 'print(\'{"type": "init"}\', flush=True)\n'
+        + "sys.stderr.write('noise\\n'); sys.stderr.flush(); time.sleep(0.3)\n"
+        + "sys.stderr.write('retrying after 4'); sys.stderr.flush(); time.sleep(0.3)\n"
+        + "sys.stderr.write('29\\n'); sys.stderr.flush(); time.sleep(30)\n"
+    )
+    config = make_config(script, timeouts={"first_byte_ms": 20_000, "idle_ms": 20_000})
+    seen: list[bytes] = []
+
+    def check(line: bytes) -> ProviderError | None:
+        seen.append(line)
+        if line.startswith(b"retrying after 429"):
+            return ProviderError(Failure.RATE_LIMITED, "429", provider="cli")
+        return None
+
+    run = runner(config)
+    pid = 0
+
+    async def go() -> None:
+        nonlocal pid
+        async with run.spawn(CliInvocation(args=())) as proc:
+            pid = proc.pid
+            proc.watch_stderr(check)
+            await collect(proc)
+
+    started = time.monotonic()
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(go())
+    assert info.value.failure is Failure.RATE_LIMITED
+    assert time.monotonic() - started < 5
+    assert seen == [b"noise", b"retrying after 429"]  # whole lines, split writes joined
+    assert wait_gone(pid, 1.0)
+
+
+def test_home_links_are_made_in_the_private_home(make_config: Any) -> None:
+    script = PRELUDE + "print(os.readlink(os.path.join(os.environ['HOME'], 'a/log.txt')))\n"
+    run = runner(make_config(script))
+
+    async def go() -> list[bytes]:
+        invocation = CliInvocation(args=(), home_links={"a/log.txt": "/dev/stderr"})
+        async with run.spawn(invocation) as proc:
+            return await proc.output()
+
+    assert asyncio.run(go()) == [b"/dev/stderr"]

@@ -23,6 +23,7 @@ from olp.providers.qwen_cli.translate import (
 CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "qwen"
 TEXT = "Hello from the fake upstream. 2+2=4."
 NOW = 1_795_970_000.0
+SESSION = "123e4567-e89b-12d3-a456-426614174000"
 
 
 def feed_lines(lines: list[bytes], status: int | None = 0, stderr: str = "") -> list[Event]:
@@ -168,7 +169,9 @@ def test_invocation() -> None:
         max_tokens=50,
         temperature=0.2,
     )
-    inv = build_invocation(req, {"OPENAI_API_KEY": "sk", "OPENAI_BASE_URL": "http://x/v1"})
+    inv = build_invocation(
+        req, {"OPENAI_API_KEY": "sk", "OPENAI_BASE_URL": "http://x/v1"}, session_id=SESSION
+    )
     assert inv.args == (
         "--output-format", "stream-json",
         "--include-partial-messages",
@@ -178,12 +181,17 @@ def test_invocation() -> None:
         "--chat-recording", "false",
         "--auth-type", "openai",
         "-m", "qwen3-coder-plus",
+        "--session-id", SESSION,
         "--system-prompt", "Be terse.",
     )  # fmt: skip
+    # The run's debug log (where its retry notices go) is the child's stderr.
+    assert inv.home_links == {f".qwen/debug/{SESSION}.txt": "/dev/stderr"}
     assert inv.stdin == b"What is 2+2?"  # on stdin: no positional prompt
     assert inv.env == {"QWEN_CODE_MAX_OUTPUT_TOKENS": "50"}
     assert inv.credentials == ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
-    bare = build_invocation(req.__class__(model="m", messages=(Message("user", "hi"),)), {})
+    bare = build_invocation(
+        req.__class__(model="m", messages=(Message("user", "hi"),)), {}, session_id=SESSION
+    )
     assert bare.args[-1] == DEFAULT_SYSTEM_PROMPT
     assert "qwen-oauth" in bare.args
 
@@ -202,3 +210,58 @@ def test_plugin() -> None:
     assert "temperature" in DROPS
     assert "max_tokens" not in DROPS
     assert provider.quota() is None
+
+
+# Lines Qwen Code 0.15.10 wrote to its debug log while it retried a 429 (real run).
+RETRY_429 = (
+    b"2026-12-02T03:21:08.692Z [WARN] [RETRY] Attempt 1 failed with status 429. "
+    b"Retrying with backoff... Error: 429 slow down"
+)
+DEBUG_LOG = (
+    "2026-12-02T03:21:04.549Z [INFO] Config initialization started\n"
+    "2026-12-02T03:21:08.641Z [ERROR] [OPENAI_ERROR] OpenAI API Error: 429 slow down\n"
+    "    at retry (file:///qwen/cli.js:1:1)\n"
+    "real trouble: node crashed\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("line", "failure"),
+    [
+        (RETRY_429, Failure.RATE_LIMITED),
+        (
+            b"2026-12-02T03:21:08.692Z [WARN] [RETRY] Attempt 2 failed with status 429. "
+            b"Retrying with backoff... Error: 429 You exceeded your current quota",
+            Failure.QUOTA_EXHAUSTED,
+        ),
+        (
+            b"2026-12-02T03:21:08.692Z [ERROR] [RETRY] Attempt 1 failed with status 503. "
+            b"Retrying with backoff... Error: 503 busy",
+            Failure.OVERLOADED,
+        ),
+        (
+            b"2026-12-02T03:21:08.692Z [WARN] [RETRY] Attempt 1 failed with status 429. "
+            b"Retrying after explicit delay of 20000ms...",
+            Failure.RATE_LIMITED,
+        ),
+    ],
+)
+def test_a_retry_notice_on_stderr_is_the_failure(line: bytes, failure: Failure) -> None:
+    err = QwenTranslator("qwen", lambda: NOW).feed_stderr(line)
+    assert err is not None
+    assert err.failure is failure
+    assert err.message.startswith("qwen: [API Error: ")
+
+
+def test_other_stderr_lines_are_not_failures() -> None:
+    tr = QwenTranslator("qwen", lambda: NOW)
+    for line in DEBUG_LOG.encode().splitlines():
+        assert tr.feed_stderr(line) is None
+
+
+def test_the_debug_log_stays_out_of_error_messages() -> None:
+    with pytest.raises(ProviderError) as info:
+        feed_lines([], status=1, stderr=DEBUG_LOG)
+    assert "real trouble: node crashed" in info.value.message
+    assert "OPENAI_ERROR" not in info.value.message
+    assert "at retry" not in info.value.message

@@ -43,8 +43,9 @@ CHILD_ENV_ALLOWLIST = (
 class Timeouts:
     """Per-hop deadlines, in milliseconds.
 
-    connect: TCP/TLS set-up; first_byte: request sent → first body byte (or first CLI
-    output); idle: longest silence between two pieces once the body flows; total: the hop.
+    connect: TCP/TLS set-up; first_byte: request sent → first body byte (for a CLI: the
+    first line of its answer, not its own status lines); idle: longest wait for the next
+    piece once the answer flows; total: the hop.
     """
 
     connect_ms: int = 10_000

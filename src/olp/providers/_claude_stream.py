@@ -44,6 +44,13 @@ class RateLimitInfo:
         )
 
 
+def _is_answer(kind: object, doc: dict[str, Any]) -> bool:
+    if kind == "stream_event":
+        event = doc.get("event")
+        return not (isinstance(event, dict) and event.get("type") == "ping")
+    return kind in ("assistant", "result")
+
+
 class ClaudeStreamParser:
     """Feed decoded stdout lines in order; read the outcome off the attributes."""
 
@@ -55,6 +62,10 @@ class ClaudeStreamParser:
         self.error_text: str | None = None
         self.stop_reason: str | None = None
         self.content_seen = False
+        # See `LineTranslator.answer_lines`: `stream_event`s (but pings), `assistant`
+        # messages (synthetic errors included) and the `result`; not `system/*` lines
+        # (init, status, api_retry) or the `rate_limit_event` status.
+        self.answer_lines = 0
         self._message_id = ""
         # Per message id and kind ("text"/"thinking"): what deltas carried, and what the
         # `assistant` events (one per content block) have shown so far.
@@ -63,6 +74,8 @@ class ClaudeStreamParser:
 
     def feed(self, doc: dict[str, Any]) -> list[Event]:
         kind = doc.get("type")
+        if _is_answer(kind, doc):
+            self.answer_lines += 1
         if kind == "stream_event":
             return self._stream_event(doc.get("event"))
         if kind == "assistant":

@@ -1,8 +1,15 @@
 """One running CLI child (see `olp.providers._subprocess` for the runner that makes it).
 
 Reads stdout incrementally under OLP's own first-byte / idle / total deadlines with
-bounded lines, drains stderr into a small tail, and on `terminate()` ends the child's
-whole process group: SIGTERM, then SIGKILL after the runner's grace, then reaps it.
+bounded lines, drains stderr into a small tail (handing its lines to a check, when one is
+set with `watch_stderr()`), and on `terminate()` ends the child's whole process group:
+SIGTERM, then SIGKILL after the runner's grace, then reaps it.
+
+The deadlines follow the answer, not the bytes: a CLI prints its own chatter (an init
+line, "requesting" status lines, heartbeats) before and while its upstream works, so
+only `answered(n)` — called by whoever translates the lines, with the count of lines that
+were part of the answer or a classified error — ends the first-byte wait and restarts the
+idle clock, each time that count grows.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +27,7 @@ from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
 from olp.observability import event_logger
 
-__all__ = ["STDERR_TAIL_BYTES", "CliProcess", "ProcessOwner"]
+__all__ = ["STDERR_TAIL_BYTES", "CliProcess", "ProcessOwner", "StderrCheck"]
 
 log = event_logger("olp.providers.cli")
 
@@ -29,6 +36,10 @@ _CHUNK = 64 * 1024
 # How often `wait()` re-checks the exit status when a grandchild still holds the pipes
 # open (asyncio only reports the exit once every pipe has closed).
 _EXIT_POLL_S = 0.05
+
+
+# A classifier for one stderr line: the error it means, or None.
+StderrCheck = Callable[[bytes], ProviderError | None]
 
 
 class ProcessOwner(Protocol):
@@ -53,6 +64,7 @@ class CliProcess:
         started: float,
         *,
         keep_stdin_open: bool = False,
+        whole_messages: bool = False,
         work: Path | None = None,
     ) -> None:
         self.home = home
@@ -63,12 +75,18 @@ class CliProcess:
         self._name = Path(runner.command).name
         self._proc = proc
         timeouts = runner.config.timeouts
-        self._first_byte_s = timeouts.first_byte_ms / 1000
-        self._idle_s = timeouts.idle_ms / 1000
         self._total_s = timeouts.total_ms / 1000
+        if whole_messages:
+            self._first_byte_s = self._idle_s = self._total_s
+        else:
+            self._first_byte_s = timeouts.first_byte_ms / 1000
+            self._idle_s = timeouts.idle_ms / 1000
         self._started = started
-        self._got_byte = False
+        self._answer_lines = 0
+        self._answered_at: float | None = None
         self._stderr = bytearray()
+        self._stderr_check: StderrCheck | None = None
+        self._stderr_failure: ProviderError | None = None
         self._terminated = False
         self._keep_stdin_open = keep_stdin_open
         self._tasks = (
@@ -102,6 +120,28 @@ class CliProcess:
         if buf:
             yield bytes(buf)
 
+    def answered(self, answer_lines: int) -> None:
+        """How many lines of the answer (or a classified error) the translation has
+        counted so far. When it grew, the first-byte wait is over and the idle clock
+        starts again from now; other lines (the CLI's chatter) leave both as they are."""
+        if answer_lines > self._answer_lines:
+            self._answer_lines = answer_lines
+            self._answered_at = time.monotonic()
+
+    def watch_stderr(self, check: StderrCheck) -> None:
+        """Give each stderr line to `check` as it comes; the first error it returns ends
+        the read (`lines()` raises it), for a CLI whose retry notices reach only stderr."""
+        self._stderr_check = check
+
+    async def output(self) -> list[bytes]:
+        """Every stdout line to EOF, for a command whose whole output is its answer
+        (`--version`, `login status`): each line counts as progress."""
+        lines: list[bytes] = []
+        async for line in self.lines():
+            lines.append(line)
+            self.answered(len(lines))
+        return lines
+
     async def wait(self) -> int:
         """Exit status once stdout is done (negative: killed by that signal)."""
         deadline = min(self._started + self._total_s, time.monotonic() + self._idle_s)
@@ -124,15 +164,16 @@ class CliProcess:
         """The next stdout chunk; b"" at EOF (or once the child exited and went quiet)."""
         stdout = self._proc.stdout
         assert stdout is not None
-        now = time.monotonic()
         total_at = self._started + self._total_s
-        if self._got_byte:
-            at, kind, seconds = now + self._idle_s, "idle", self._idle_s
+        if self._answered_at is not None:
+            at, kind, seconds = self._answered_at + self._idle_s, "idle", self._idle_s
         else:
             at, kind, seconds = self._started + self._first_byte_s, "first-byte", self._first_byte_s
         if total_at <= at:
             at, kind, seconds = total_at, "total", self._total_s
         while True:
+            if self._stderr_failure is not None:
+                raise self._stderr_failure
             left = at - time.monotonic()
             if left <= 0:
                 raise self._timeout(_SILENCE[kind], seconds, kind)
@@ -148,8 +189,6 @@ class CliProcess:
                 if self._proc.returncode is not None:
                     return b""
                 continue
-            if chunk:
-                self._got_byte = True
             return chunk
 
     def _timeout(self, what: str, seconds: float, kind: str) -> ProviderError:
@@ -198,10 +237,16 @@ class CliProcess:
     async def _drain_stderr(self) -> None:
         stderr = self._proc.stderr
         assert stderr is not None
+        pending = bytearray()  # the line being written, for `_stderr_check`
         while chunk := await stderr.read(4096):
             self._stderr += chunk
             if len(self._stderr) > 2 * STDERR_TAIL_BYTES:
                 del self._stderr[:-STDERR_TAIL_BYTES]
+            if self._stderr_check is not None and self._stderr_failure is None:
+                pending += chunk
+                *complete, rest = pending.split(b"\n")
+                pending = rest[-STDERR_TAIL_BYTES:]
+                self._stderr_failure = _first_failure(self._stderr_check, complete)
 
     # -- ending ------------------------------------------------------------------------
 
@@ -246,10 +291,17 @@ class CliProcess:
 
 
 _SILENCE = {
-    "first-byte": "wrote nothing",
-    "idle": "went silent",
+    "first-byte": "gave no answer",
+    "idle": "gave nothing more of its answer",
     "total": "did not finish",
 }
+
+
+def _first_failure(check: StderrCheck, lines: list[bytearray]) -> ProviderError | None:
+    for line in lines:
+        if (error := check(bytes(line))) is not None:
+            return error
+    return None
 
 
 def _killpg(pgid: int, sig: signal.Signals) -> None:

@@ -43,15 +43,13 @@ class CliProvider:
         *,
         default_command: str,
         install_hint: str,
-        runner_config: ProviderConfig | None = None,
     ) -> None:
-        """`runner_config`: the config the runner enforces, if not `config` itself."""
         self.name = config.name
         self._config = config
         self._install_hint = install_hint
         self._runner = CliRunner(
             config.name,
-            runner_config or config,
+            config,
             default_command=default_command,
             install_hint=install_hint,
         )

@@ -9,8 +9,14 @@ and early termination the same way:
 
 - each stdout line goes to `translator.feed(line)`; its events are yielded at once (token
   streaming) and it may raise `ProviderError` for an in-band error;
+- a line the translator counts in `answer_lines` is progress (`CliProcess.answered`):
+  it ends the first-byte wait and restarts the idle clock. The CLI's own init, status
+  and heartbeat lines are not, so a CLI that talks while its upstream hangs still falls
+  back after `first_byte_ms`;
 - once `translator.done` (a terminal event was seen) reading stops: `end(None, stderr)`
   gives the last events and the child is terminated — no waiting for it to exit;
+- a translator that also has `feed_stderr` (`StderrTranslator`) sees each stderr line as
+  it comes; the first error it returns ends the run at once (the child is killed);
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
   (`Finish("length")` after content, docs/design.md §5 rule 4) or an error.
 
@@ -22,7 +28,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, Usage
@@ -31,6 +37,7 @@ from olp.providers._subprocess import CliInvocation, CliRunner
 
 __all__ = [
     "LineTranslator",
+    "StderrTranslator",
     "cli_version",
     "credential_check",
     "exit_failure",
@@ -47,6 +54,14 @@ class LineTranslator(Protocol):
         """A terminal event was seen: the answer is complete (or failed)."""
         ...
 
+    @property
+    def answer_lines(self) -> int:
+        """Lines fed so far that were the upstream answering: a piece of the answer (text,
+        reasoning, its framing, usage, the end) or an error the translation classifies —
+        not the CLI's own init, status, retry or heartbeat lines. OLP's first-byte and
+        idle deadlines count only these."""
+        ...
+
     def feed(self, line: bytes) -> list[Event]:
         """Events for one stdout line (unparsable lines give none). May raise."""
         ...
@@ -56,12 +71,25 @@ class LineTranslator(Protocol):
         ...
 
 
+@runtime_checkable
+class StderrTranslator(Protocol):
+    """A translator that also reads the CLI's stderr as it comes (optional)."""
+
+    def feed_stderr(self, line: bytes) -> ProviderError | None:
+        """The error one stderr line means (ends the run at once), or None."""
+        ...
+
+
 async def stream_cli(
     runner: CliRunner, invocation: CliInvocation, translator: LineTranslator
 ) -> AsyncIterator[Event]:
     async with runner.spawn(invocation) as proc:
+        if isinstance(translator, StderrTranslator):
+            proc.watch_stderr(translator.feed_stderr)
         async for line in proc.lines():
-            for event in translator.feed(line):
+            events = translator.feed(line)
+            proc.answered(translator.answer_lines)
+            for event in events:
                 yield event
             if translator.done:
                 break
@@ -103,7 +131,7 @@ async def cli_version(
     """The CLI's version line, or raise ProviderError (not found, failed, timed out)."""
     try:
         async with asyncio.timeout(timeout_s), runner.spawn(CliInvocation(tuple(args))) as proc:
-            lines = [line async for line in proc.lines()]
+            lines = await proc.output()
             status = await proc.wait()
             stderr = proc.stderr_tail()
     except TimeoutError as exc:

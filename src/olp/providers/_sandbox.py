@@ -67,6 +67,14 @@ class Sandbox:
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
 
+    def link_home(self, links: Mapping[str, str]) -> None:
+        """Symlinks under the private HOME: relative path → target (e.g. a log file the CLI
+        appends to → /dev/stderr, so its notices arrive as they are written)."""
+        for rel, target in links.items():
+            link = self.home / safe_relative(rel, "home link")
+            link.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            link.symlink_to(target)
+
     def link_credentials(
         self, user_home: Path | None, credentials: tuple[tuple[str, str], ...]
     ) -> list[str]:

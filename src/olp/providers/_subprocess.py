@@ -11,7 +11,9 @@ What it guarantees, so providers stay pure translation:
 - argv list (never a shell); the prompt goes on stdin; the child runs in a private empty
   working directory with a private HOME and TMPDIR (`_sandbox`), credentials linked in,
   and an environment built only from the config (no OLP secret reaches a child);
-- OLP's own first-byte / idle / total deadlines → `Failure.TIMEOUT`; bounded line parsing
+- OLP's own first-byte / idle / total deadlines → `Failure.TIMEOUT`, counted from the
+  answer the translation finds in the output (`CliProcess.answered`), not from the
+  CLI's own chatter; bounded line parsing
   (a line over `max_line_bytes` → `Failure.SPAWN_FAILED`); stderr drained concurrently
   into a small tail buffer so a chatty stderr never blocks the child;
 - the child leads its own process group; leaving `spawn()` for any reason (end, error,
@@ -62,10 +64,16 @@ class CliInvocation:
     # (path relative to the owner's real home, path relative to the private HOME):
     # symlinked in if the owner's file exists.
     credentials: tuple[tuple[str, str], ...] = ()
+    # Symlinks made under the private HOME: relative path → target.
+    home_links: Mapping[str, str] = field(default_factory=dict)
     # Leave stdin open after `stdin` was written, for a CLI that is spoken to over stdio
     # (codex app-server's JSON-RPC): write more with `CliProcess.send()`. Closed when the
     # child is terminated.
     keep_stdin_open: bool = False
+    # The CLI prints each message only once it is complete (Vibe): nothing on stdout can
+    # show the upstream's first byte or a stall, so only `total_ms` applies and the CLI's
+    # own upstream timeouts (set by its provider) bound the rest.
+    prints_whole_messages: bool = False
 
 
 class CliRunner:
@@ -171,6 +179,7 @@ class CliRunner:
     def _prepare(self, box: Sandbox, invocation: CliInvocation) -> dict[str, str]:
         try:
             box.write_home_files(invocation.home_files)
+            box.link_home(invocation.home_links)
             box.link_credentials(self.config.user_home, invocation.credentials)
         except (OSError, ValueError) as exc:
             raise ProviderError(
@@ -209,5 +218,6 @@ class CliRunner:
             invocation.stdin,
             started,
             keep_stdin_open=invocation.keep_stdin_open,
+            whole_messages=invocation.prints_whole_messages,
             work=box.work,
         )

@@ -124,6 +124,10 @@ class ClaudeTranslator:
     def done(self) -> bool:
         return self.parser.done
 
+    @property
+    def answer_lines(self) -> int:
+        return self.parser.answer_lines
+
     def feed(self, line: bytes) -> list[Event]:
         doc = _decode(line)
         if doc is None:

@@ -50,6 +50,10 @@ class AppServerTurn:
         self._images = images
         self.thread_id: str | None = None
         self.done = False
+        # See `LineTranslator.answer_lines`: the turn's items (not the echoed prompt),
+        # usage, completion and final errors; not the handshake, status notices or
+        # Codex's own retry notices.
+        self.answer_lines = 0
         self.quota: QuotaSnapshot | None = None
         self._usage: Usage | None = None
         self._content = False
@@ -122,6 +126,8 @@ class AppServerTurn:
     def _notification(self, method: str, params: Any) -> list[Event]:
         if not isinstance(params, dict):
             return []
+        if _is_answer(method, params):
+            self.answer_lines += 1
         if method == "item/agentMessage/delta":
             return self._text(params)
         if method in _REASONING:
@@ -189,6 +195,15 @@ class AppServerTurn:
 
     def _usage_events(self) -> list[Event]:
         return [self._usage] if self._usage is not None else []
+
+
+def _is_answer(method: str, params: dict[str, Any]) -> bool:
+    if method.startswith("item/"):
+        item = params.get("item")
+        return not (isinstance(item, dict) and item.get("type") == "userMessage")
+    if method == "error":
+        return not params.get("willRetry")
+    return method in ("thread/tokenUsage/updated", "turn/completed")
 
 
 def usage_from(token_usage: Any) -> Usage | None:

@@ -49,6 +49,7 @@ class CodexCliProvider(CliProvider):
                     events, reply = turn.feed(line)
                     if reply:
                         await proc.send(reply)
+                    proc.answered(turn.answer_lines)
                     for event in events:
                         yield event
                     if turn.done:
@@ -112,7 +113,7 @@ class CodexCliProvider(CliProvider):
         )
         try:
             async with asyncio.timeout(10), self._runner.spawn(invocation) as proc:
-                lines = [line async for line in proc.lines()]
+                lines = await proc.output()
                 status = await proc.wait()
                 said = [line.decode("utf-8", "replace") for line in lines]
                 said += proc.stderr_tail().splitlines()

@@ -55,6 +55,8 @@ class GeminiStream:
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self.done = False
+        # See `LineTranslator.answer_lines`: not `init` or the echoed user message.
+        self.answer_lines = 0
         self._content = False
         self._usage: Usage | None = None
         self._error: str | None = None
@@ -67,6 +69,8 @@ class GeminiStream:
         if not isinstance(event, dict):
             return []
         kind = event.get("type")
+        if kind not in ("init", None) and not (kind == "message" and event.get("role") == "user"):
+            self.answer_lines += 1
         if kind == "message" and event.get("role") == "assistant":
             content = event.get("content")
             # A whole (non-delta) message after deltas repeats them: skip it.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
@@ -29,7 +30,9 @@ class QwenCliProvider(CliProvider):
         self.capabilities = self._capabilities(translate.DROPS)
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        invocation = translate.build_invocation(request, self._config.env)
+        invocation = translate.build_invocation(
+            request, self._config.env, session_id=str(uuid.uuid4())
+        )
         translator = translate.QwenTranslator(self.name, time.time, self._runner.command)
         async for event in stream_cli(self._runner, invocation, translator):
             yield event

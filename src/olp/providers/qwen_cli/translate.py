@@ -2,7 +2,12 @@
 failures → the taxonomy. Qwen Code's stream-json is Claude Code's (tests/fixtures/cli/README.md §5),
 with one trap: an API failure is reported as a *successful* answer whose text is
 `[API Error: 401 …]`, exit status 0. So the start of every answer is held back until it
-cannot be such a text, and those answers become errors, never content."""
+cannot be such a text, and those answers become errors, never content.
+
+Qwen Code also retries 429 and 5xx answers for minutes with nothing on stdout; its only
+word about them is a line in its debug log (`[RETRY] Attempt 1 failed with status 429`).
+The invocation links that log to the child's stderr, and the first such line is the
+run's failure: OLP ends the run and the chain falls back at once."""
 
 from __future__ import annotations
 
@@ -70,16 +75,20 @@ def auth_type(env: Mapping[str, str]) -> str:
     return "qwen-oauth"
 
 
-def build_invocation(request: ChatRequest, env: Mapping[str, str]) -> CliInvocation:
+def build_invocation(
+    request: ChatRequest, env: Mapping[str, str], *, session_id: str
+) -> CliInvocation:
     """The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin
     as the prompt (a positional one would be visible in the process list).
 
     `--bare` makes it ignore every settings file (so nothing is written to the private
     HOME), skip context files, extensions, hooks and its background memory request, and
-    send no tool definitions: one request per answer.
+    send no tool definitions: one request per answer. `session_id` (a UUID) names the
+    run's debug log, which is linked to stderr (see the module docstring).
     """
     prompt = serialise(request, honoured=HONOURED)
     args = [*_FLAGS, "--auth-type", auth_type(env), "-m", request.model]
+    args += ["--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
     child_env = {}
     if request.max_tokens is not None:
@@ -89,6 +98,7 @@ def build_invocation(request: ChatRequest, env: Mapping[str, str]) -> CliInvocat
         stdin=prompt.prompt.encode(),
         env=child_env,
         credentials=CREDENTIALS,
+        home_links={f".qwen/debug/{session_id}.txt": "/dev/stderr"},
     )
 
 
@@ -111,6 +121,10 @@ class QwenTranslator:
     @property
     def done(self) -> bool:
         return self.parser.done
+
+    @property
+    def answer_lines(self) -> int:
+        return self.parser.answer_lines
 
     def feed(self, line: bytes) -> list[Event]:
         try:
@@ -145,7 +159,18 @@ class QwenTranslator:
         self._released = self._released or any(isinstance(e, TextDelta) for e in out)
         return out
 
+    def feed_stderr(self, line: bytes) -> ProviderError | None:
+        """A retry notice from the debug log → the failure it reports."""
+        match = _RETRY.search(line.decode("utf-8", "replace"))
+        if match is None:
+            return None
+        status, detail = match.group(1), (match.group(2) or "").strip()
+        if not detail.startswith(status):
+            detail = f"{status} {detail}".strip()
+        return classify(self.provider, f"{API_ERROR} {detail}]", self._now())
+
     def end(self, status: int | None, stderr: str) -> list[Event]:
+        stderr = _without_debug_log(stderr)
         result = self.parser.result
         text = result.get("result") if result is not None else None
         if isinstance(text, str) and text.lstrip().startswith(API_ERROR):
@@ -170,6 +195,26 @@ class QwenTranslator:
 
 
 _STATUS = re.compile(r"^\[API Error:\s*(\d{3})\b")
+# `<timestamp> [WARN] [RETRY] Attempt 1 failed with status 429. Retrying with backoff...
+# Error: 429 <the upstream's message>` (also `[Persistent] Attempt …`, `… Retrying after
+# explicit delay …`).
+_RETRY = re.compile(r"\[RETRY\].*?Attempt \d+ failed with status (\d{3})\b.*?(?:Error: (.*))?$")
+_DEBUG_LOG_LINE = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+Z \[[A-Z]+\]")
+
+
+def _without_debug_log(stderr: str) -> str:
+    """Stderr without the debug log's entries (and their indented continuation lines)."""
+    kept: list[str] = []
+    in_entry = False
+    for line in stderr.splitlines():
+        if _DEBUG_LOG_LINE.match(line):
+            in_entry = True
+        elif not (in_entry and (not line.strip() or line[:1].isspace())):
+            in_entry = False
+            kept.append(line)
+    return "\n".join(kept)
+
+
 _QUOTA = re.compile(
     r"quota exceeded|insufficient_quota|exceeded your current quota|usage limit"
     r"|free tier|allocated quota",

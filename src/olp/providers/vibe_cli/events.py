@@ -57,6 +57,8 @@ class VibeStream:
     def __init__(self, provider: str) -> None:
         self.provider = provider
         self.done = False  # Vibe has no terminal event: EOF decides
+        # See `LineTranslator.answer_lines`: the assistant's messages, not the echo.
+        self.answer_lines = 0
         self._content = False
 
     def feed(self, line: bytes) -> list[Event]:
@@ -68,6 +70,7 @@ class VibeStream:
             return []
         if entry.get("role") != "assistant":
             return []
+        self.answer_lines += 1
         events: list[Event] = []
         for part in entry.get("content") or ():
             events += self._part(part)

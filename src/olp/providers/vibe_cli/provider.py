@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,15 +37,8 @@ class VibeCliProvider(CliProvider):
     """
 
     def __init__(self, config: ProviderConfig) -> None:
-        timeouts = config.timeouts
-        # Vibe prints each message only once it is complete: silence on stdout is the
-        # model writing, not a stall. OLP's idle deadline therefore spans the whole hop;
-        # Vibe's own `api_stream_idle_timeout` watches the upstream stream instead.
         super().__init__(
-            config,
-            default_command=translate.DEFAULT_COMMAND,
-            install_hint=translate.INSTALL_HINT,
-            runner_config=replace(config, timeouts=replace(timeouts, idle_ms=timeouts.total_ms)),
+            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._upstream = translate.upstream_from_env(config.env)
         self.capabilities = self._capabilities(DROPS, streaming="message")
@@ -56,7 +48,9 @@ class VibeCliProvider(CliProvider):
         translator = VibeStream(self.name)
         async with self._runner.spawn(self._invocation(request, cli.system, cli.prompt)) as proc:
             async for line in proc.lines():
-                for event in translator.feed(line):
+                events = translator.feed(line)
+                proc.answered(translator.answer_lines)
+                for event in events:
                     yield event
             status = await proc.wait()
             export = await asyncio.to_thread(_read_export, proc.work / translate.EXPORT_FILE)
@@ -77,6 +71,9 @@ class VibeCliProvider(CliProvider):
             env={"NO_COLOR": "1"},
             home_files={translate.CONFIG_FILE: config.encode()},
             credentials=((translate.CREDENTIALS_FILE, translate.CREDENTIALS_FILE),),
+            # Silence on stdout is the model writing, not a stall: Vibe's own `api_timeout`
+            # and `api_stream_idle_timeout` (above) watch the upstream instead.
+            prints_whole_messages=True,
         )
 
     async def health(self) -> ProviderHealth:
