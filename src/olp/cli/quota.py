@@ -10,8 +10,10 @@ import orjson
 
 from olp.cli.common import fail, load_or_exit
 from olp.config import Config
+from olp.engine import PoolScheduler
 from olp.errors import OLPError
 from olp.quota import Cooldowns, ProviderQuota, QuotaBook, QuotaStore
+from olp.server.quota_api import pools_json, provider_quota_json
 
 __all__ = ["providers", "quota"]
 
@@ -33,7 +35,8 @@ def _saved_book(config: Config, state: dict[str, dict[str, Any]]) -> QuotaBook:
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 def quota(as_json: bool) -> None:
-    """Show each provider's quota: state, counters, utilisation, reset time, sources.
+    """Show each provider's quota: state, counters, utilisation, reset time, sources,
+    and each pool's members with the one its next request would take.
 
     \b
     States: ok, soft_limited (a soft trigger fires: OLP skips it), cooling_down (after a
@@ -49,11 +52,16 @@ def quota(as_json: bool) -> None:
     store = _open_store(config)
     state, saved = store.load()
     store.close()
-    rows = _saved_book(config, state).statuses(sorted(set(config.providers) | set(state)))
+    book = _saved_book(config, state)
+    rows = book.statuses(sorted(set(config.providers) | set(state)))
+    enabled = [name for name, p in config.providers.items() if p.enabled]
+    pools = pools_json(config, PoolScheduler(book), enabled, time.time())
     if as_json:
-        from olp.server.quota_api import provider_quota_json
-
-        payload = {"saved_at": saved, "providers": [provider_quota_json(q) for q in rows]}
+        payload = {
+            "saved_at": saved,
+            "providers": [provider_quota_json(q) for q in rows],
+            "pools": pools,
+        }
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
         return
     if not rows:
@@ -63,6 +71,8 @@ def quota(as_json: bool) -> None:
         )
         return
     click.echo(_table(rows))
+    for pool in pools:
+        click.echo(_pool_text(pool))
     when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(saved)) if saved else "never"
     click.echo(f"\nlast change saved by the server: {when}")
 
@@ -82,6 +92,26 @@ def _table(rows: list[ProviderQuota]) -> str:
         for c in q.cooldowns:
             scope = f"{q.provider}/{c.model}" if c.model else q.provider
             lines.append(f"{'':<16} cooling down: {scope} after {c.reason}: {c.message[:80]}")
+    return "\n".join(lines)
+
+
+def _pool_text(pool: dict[str, Any]) -> str:
+    """A pool: its pick, the member the next request takes, each member's window."""
+    lines = [f"\npool {pool['pool']} ({pool['pick']}): next request → {pool['next'] or 'none'}"]
+    now = time.time()
+    for member in pool["members"]:
+        window = member["window"]
+        if window is None:
+            known = "window unknown" + ("" if member["heard_from"] else " (not tried yet)")
+        else:
+            used = window["utilisation"]
+            used_text = f"{used:.0%} used" if used is not None else "use unknown"
+            known = (
+                f"{used_text}, resets {_reset_text(window['reset_at'], now)} ({window['source']})"
+            )
+        state = " [cooling down or soft-limited]" if member["blocked"] else ""
+        state += "" if member["enabled"] else " [disabled]"
+        lines.append(f"  {member['provider']:<16} {known}{state}")
     return "\n".join(lines)
 
 

@@ -21,6 +21,7 @@ from olp.config.detect import detect_providers
 from olp.config.model import (
     CHILD_ENV_ALLOWLIST,
     MIN_LEDGER_RETENTION_DAYS,
+    PICK_POLICIES,
     AuthConfig,
     CacheConfig,
     Config,
@@ -28,6 +29,8 @@ from olp.config.model import (
     HopConfig,
     LedgerConfig,
     LogLevel,
+    PickPolicy,
+    PoolConfig,
     PriceOverride,
     ProviderConfig,
     RoutingConfig,
@@ -184,7 +187,7 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
         env=_child_env(r, env),
         consent=r.boolean("consent", False),
         billing=cast(Any, r.string("billing", None, choices=("metered", "subscription"))),
-        user_home=_user_home(env),
+        user_home=_credentials_home(r, env),
         inherited_env={k: env[k] for k in CHILD_ENV_ALLOWLIST if k in env},
     )
     r.done(_SECRET_HINT)
@@ -194,6 +197,27 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
 def _user_home(env: Mapping[str, str]) -> Path | None:
     home = env.get("HOME")
     return Path(home) if home else None
+
+
+def _credentials_home(r: Reader, env: Mapping[str, str]) -> Path | None:
+    """Whose CLI login a CLI provider uses: `credentials_home` (a second account, logged
+    in under its own home), else the owner's HOME."""
+    home = _user_home(env)
+    given = r.string("credentials_home", None)
+    if given is None:
+        return home
+    path = Path(given)
+    if given == "~" or given.startswith("~/"):
+        if home is None:
+            r.fail(r.sub("credentials_home"), "starts with ~ but HOME is not set")
+            return None
+        path = home / given[2:]
+    if not path.is_absolute():
+        r.fail(
+            r.sub("credentials_home"), f"must be an absolute path or start with ~/; got {given!r}"
+        )
+        return None
+    return path
 
 
 def _child_env(r: Reader, env: Mapping[str, str]) -> dict[str, str]:
@@ -263,14 +287,43 @@ def _chain(
     model = path.rsplit(".", 1)[-1]
     for i, raw in enumerate(hops):
         hop = Reader(raw, f"{path}[{i}]", r.problems)
+        if hop.has("pool"):
+            chain.extend(_pool_hops(hop, model, i, providers))
+            hop.done()
+            continue
         provider = hop.string("provider", "")
         if not provider:
-            hop.fail(hop.sub("provider"), "required")
+            hop.fail(hop.sub("provider"), 'required (or "pool": [provider, …])')
         elif provider not in providers:
             hop.fail(hop.sub("provider"), f"unknown provider {provider!r} ({_known(providers)})")
         chain.append(HopConfig(provider=provider, model=hop.string("model", model)))
         hop.done()
     return tuple(chain)
+
+
+def _pool_hops(
+    hop: Reader, chain: str, position: int, providers: Mapping[str, ProviderConfig]
+) -> list[HopConfig]:
+    """A pool hop, `{"pool": [provider, …], "model", "pick"}`: one hop per member."""
+    members = hop.str_list("pool")
+    path = hop.sub("pool")
+    if not members:
+        hop.fail(path, "must list at least one provider")
+    for name in members:
+        if name not in providers:
+            hop.fail(path, f"unknown provider {name!r} ({_known(providers)})")
+    if len(set(members)) != len(members):
+        hop.fail(path, "names a provider twice")
+    kinds = {providers[name].type for name in members if name in providers}
+    if len(kinds) > 1:
+        hop.fail(path, f"members must be of one provider type; got {', '.join(sorted(kinds))}")
+    if hop.has("provider"):
+        hop.fail(hop.sub("provider"), 'a hop has either "provider" or "pool", not both')
+        hop.raw("provider")
+    pick = hop.string("pick", "reset-soonest", choices=PICK_POLICIES)
+    model = hop.string("model", chain)
+    pool = PoolConfig(chain, position, members, cast(PickPolicy, pick))
+    return [HopConfig(provider=name, model=model, pool=pool) for name in members]
 
 
 def _cache(r: Reader, env: Mapping[str, str]) -> CacheConfig:

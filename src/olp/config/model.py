@@ -9,12 +9,15 @@ from typing import Literal
 
 __all__ = [
     "CHILD_ENV_ALLOWLIST",
+    "PICK_POLICIES",
     "AuthConfig",
     "CacheConfig",
     "Config",
     "HopConfig",
     "LedgerConfig",
     "LogLevel",
+    "PickPolicy",
+    "PoolConfig",
     "PriceOverride",
     "ProviderConfig",
     "RoutingConfig",
@@ -24,6 +27,8 @@ __all__ = [
 
 LogLevel = Literal["error", "warn", "info", "debug"]
 DetailPolicy = Literal["owner_only", "all", "none"]
+PickPolicy = Literal["reset-soonest", "round-robin", "fill-first", "least-used"]
+PICK_POLICIES: tuple[PickPolicy, ...] = ("reset-soonest", "round-robin", "fill-first", "least-used")
 
 # What a CLI child may inherit from OLP's environment; everything else is scrubbed.
 CHILD_ENV_ALLOWLIST = (
@@ -85,9 +90,29 @@ class ProviderConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class PoolConfig:
+    """Several providers of one kind (accounts) that take one hop's place; which member
+    a request tries first is `pick`'s choice, the others follow within the same hop.
+
+    `chain` and `position` say where it was configured (`routing.chains.<chain>[<position>]`).
+    """
+
+    chain: str
+    position: int
+    members: tuple[str, ...]
+    pick: PickPolicy = "reset-soonest"
+
+    @property
+    def label(self) -> str:
+        return f"{self.chain}[{self.position}]"
+
+
+@dataclass(frozen=True, slots=True)
 class HopConfig:
     provider: str
     model: str
+    # Set on each member hop of a pool (a configured pool hop becomes one hop per member).
+    pool: PoolConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)

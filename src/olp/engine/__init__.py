@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from olp.engine.classify import Decision, decide
 from olp.engine.fallback import Attempt, AttemptListener, FallbackEngine, HopGate, Served
+from olp.engine.pools import MemberState, PoolScheduler
 from olp.engine.routing import Chain, Hop, Router
 from olp.engine.sources import CacheScope, HopSource
 
@@ -17,6 +18,8 @@ __all__ = [
     "Hop",
     "HopGate",
     "HopSource",
+    "MemberState",
+    "PoolScheduler",
     "Router",
     "Served",
     "decide",

@@ -127,8 +127,11 @@ class FallbackEngine:
         max_cooldown_s: float = 6 * 3600,
         gates: Sequence[HopGate] = (),
         listeners: Sequence[AttemptListener] = (),
+        arrange: Callable[[Chain], Chain] | None = None,
     ) -> None:
+        """`arrange`: puts a chain's hops in this request's order (pools, `PoolScheduler`)."""
         self.cooldowns = cooldowns
+        self.arrange = arrange
         self.default_retry_after_s = default_retry_after_s
         self.max_cooldown_s = max_cooldown_s
         self.gates: list[HopGate] = [self._cooldown_gate, *gates]
@@ -139,6 +142,8 @@ class FallbackEngine:
     ) -> Served:
         """Commit to the first hop that produces content; raise ChainFailed if none does."""
         failures: list[HopFailure] = []
+        if self.arrange is not None:
+            chain = self.arrange(chain)
         for hop in chain.hops:
             source = await find_cached(hop, cache)
             if source is None:

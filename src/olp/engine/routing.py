@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from olp.config import Config
+from olp.config import Config, PoolConfig
 from olp.errors import ModelNotFound, NoProviderAvailable
 from olp.providers.base import Provider
 from olp.registry import Registry
@@ -19,6 +19,7 @@ class Hop:
     name: str  # provider name from config
     model: str  # the provider's model id for this hop
     provider: Provider
+    pool: PoolConfig | None = None  # set on each member of a pool hop
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,15 +69,15 @@ class Router:
     def _resolve(self, model: str) -> Chain:
         configured = self._config.routing.chains.get(model)
         if configured is not None:
-            return self._chain(model, [(h.provider, h.model) for h in configured])
+            return self._chain(model, [(h.provider, h.model, h.pool) for h in configured])
         canonical = self._registry.canonical(model) or model
         if canonical in self._declared:
-            return self._chain(model, [(self._declared[canonical], canonical)])
+            return self._chain(model, [(self._declared[canonical], canonical, None)])
         if model in self._declared:
-            return self._chain(model, [(self._declared[model], model)])
+            return self._chain(model, [(self._declared[model], model, None)])
         provider, sep, rest = model.partition("/")
         if sep and rest and provider in self._config.providers:
-            return self._chain(model, [(provider, rest)])
+            return self._chain(model, [(provider, rest, None)])
         raise ModelNotFound(
             f"The model {model!r} does not exist on this OLP: it is not a configured chain, "
             "a registry alias, a model a provider declares, or provider/model. "
@@ -84,10 +85,10 @@ class Router:
             param="model",
         )
 
-    def _chain(self, model: str, hops: list[tuple[str, str]]) -> Chain:
-        live = [(name, m) for name, m in hops if name in self._providers]
+    def _chain(self, model: str, hops: list[tuple[str, str, PoolConfig | None]]) -> Chain:
+        live = [hop for hop in hops if hop[0] in self._providers]
         if not live:
-            names = ", ".join(name for name, _ in hops)
+            names = ", ".join(name for name, _, _ in hops)
             raise NoProviderAvailable(
                 f"Every provider for model {model!r} is disabled ({names}). "
                 "Enable one in config.json.",
@@ -95,7 +96,10 @@ class Router:
             )
         return Chain(
             model,
-            tuple(Hop(i, name, m, self._providers[name]) for i, (name, m) in enumerate(live)),
+            tuple(
+                Hop(i, name, m, self._providers[name], pool)
+                for i, (name, m, pool) in enumerate(live)
+            ),
         )
 
     def model_ids(self) -> list[tuple[str, str]]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from olp.quota.book import Figure, ProviderQuota, QuotaBook, State
+from olp.quota.book import Figure, ProviderQuota, QuotaBook, State, Window
 from olp.quota.cooldowns import Clock, Cooldown, Cooldowns
 from olp.quota.store import QuotaStore
 from olp.quota.warnings import soft_trigger_warnings
@@ -16,5 +16,6 @@ __all__ = [
     "QuotaBook",
     "QuotaStore",
     "State",
+    "Window",
     "soft_trigger_warnings",
 ]

@@ -17,7 +17,7 @@ from olp.providers.base import QuotaSnapshot
 from olp.quota.cooldowns import Clock, Cooldown, Cooldowns
 from olp.quota.counters import ProviderCounters, utc_day
 
-__all__ = ["Figure", "ProviderQuota", "QuotaBook", "State"]
+__all__ = ["Figure", "ProviderQuota", "QuotaBook", "State", "Window"]
 
 State = Literal["ok", "soft_limited", "cooling_down", "unknown"]
 SnapshotSource = Callable[[str], QuotaSnapshot | None]
@@ -29,6 +29,17 @@ class Figure:
 
     value: float | None
     source: str  # "signal", "counter", "counter/capacity", "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """A provider's current usage window as its own latest quota signal describes it:
+    how much of it is used (None: the signal did not say) and when it resets."""
+
+    utilisation: float | None
+    reset_at: float
+    source: str
+    seen_at: float | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +183,36 @@ class QuotaBook:
     def _reset_at(self, provider: str) -> float | None:
         entry = self._entry(provider)
         return entry.signal.reset_at if entry.signal is not None else None
+
+    # -- windows (pools schedule by them) ----------------------------------------------
+
+    def window(self, provider: str) -> Window | None:
+        """The provider's current window, from its latest quota signal; None when no
+        signal named a reset still ahead (never asked, or the window has reset since)."""
+        self.refresh(provider)
+        entry = self._entry(provider)
+        signal = entry.signal
+        if signal is None:
+            return None
+        reset = signal.five_hour_reset_at or signal.reset_at
+        if reset is None or reset <= self._clock():
+            return None
+        used = signal.five_hour_utilisation
+        if used is None:
+            used = signal.utilisation
+        return Window(used, reset, signal.source, entry.signal_seen_at)
+
+    def heard_from(self, provider: str) -> bool:
+        """Whether OLP knows anything of the provider's use: a quota signal, or a request
+        of its own in the last five hours."""
+        entry = self._entry(provider)
+        return entry.signal is not None or entry.counters.five_hour(self._clock()) > 0
+
+    def blocked(self, provider: str) -> bool:
+        """Cooling down (any model) or held back by a soft trigger: the gates skip it."""
+        if any(c.provider == provider for c in self.cooldowns.active()):
+            return True
+        return self.soft_gate(provider) is not None
 
     # -- reports -----------------------------------------------------------------------
 

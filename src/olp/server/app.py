@@ -20,7 +20,7 @@ from olp.accounts.pricing import Pricing
 from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.engine import FallbackEngine, Router
+from olp.engine import FallbackEngine, PoolScheduler, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError
 from olp.observability import event_logger
 from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
@@ -94,12 +94,14 @@ def create_app(
     providers = build_providers(config, plugins, registry)
     cooldowns = Cooldowns(clock)
     quota = QuotaBook(cooldowns, config.routing.soft_triggers, _snapshots(providers), clock)
+    pools = PoolScheduler(quota)
     engine = FallbackEngine(
         cooldowns,
         default_retry_after_s=config.routing.default_retry_after_s,
         max_cooldown_s=config.routing.max_cooldown_s,
         gates=[lambda hop: quota.soft_gate(hop.name)],
         listeners=[lambda a: quota.on_attempt(a.provider, reached=a.upstream)],
+        arrange=pools.arrange,
     )
     sync = QuotaSync(quota, QuotaStore(config.home / "quota.db"))
     sync.load()
@@ -114,6 +116,7 @@ def create_app(
         auth=authenticator or default_authenticator(config, clock),
         limits=LimitKeeper(clock),
         quota=quota,
+        pools=pools,
         ledger=Ledger.open(config.home, config.ledger.retention_days),
         pricing=Pricing(registry, config),
         cache=ResponseCache(config.cache, config.home, clock),

@@ -12,7 +12,7 @@ from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
 from olp.cache import ResponseCache
 from olp.config import Config
-from olp.engine import AttemptListener, Chain, FallbackEngine, Hop, Router
+from olp.engine import AttemptListener, Chain, FallbackEngine, Hop, PoolScheduler, Router
 from olp.errors import UnpricedModel
 from olp.providers.base import Provider, ProviderPlugin
 from olp.quota import Cooldowns, QuotaBook
@@ -53,6 +53,7 @@ class AppContext:
     engine: FallbackEngine
     auth: Authenticator
     quota: QuotaBook
+    pools: PoolScheduler
     ledger: Ledger
     pricing: Pricing
     cache: ResponseCache

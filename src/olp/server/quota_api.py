@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from typing import Any
 
 import orjson
 
+from olp.config import Config, PoolConfig
+from olp.engine import PoolScheduler
 from olp.quota import Figure, ProviderQuota
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.owner import require_owner
 
-__all__ = ["quota_payload", "quota_status"]
+__all__ = ["pools_json", "provider_quota_json", "quota_payload", "quota_status"]
 
 
 async def quota_status(ctx: AppContext, req: Request, send: Send) -> None:
@@ -28,7 +31,58 @@ def quota_payload(ctx: AppContext) -> dict[str, Any]:
         entry["type"] = pconf.type
         entry["enabled"] = name in ctx.providers
         providers.append(entry)
-    return {"generated_at": time.time(), "providers": providers}
+    now = time.time()
+    pools = pools_json(ctx.config, ctx.pools, ctx.providers, now)
+    return {"generated_at": now, "providers": providers, "pools": pools}
+
+
+def pools_json(
+    config: Config, scheduler: PoolScheduler, enabled: Collection[str], now: float
+) -> list[dict[str, Any]]:
+    """Each configured pool: its members' windows and which one the next request takes."""
+    return [_pool_json(pool, scheduler, enabled, now) for pool in configured_pools(config)]
+
+
+def configured_pools(config: Config) -> list[PoolConfig]:
+    pools: dict[PoolConfig, None] = {}
+    for hops in config.routing.chains.values():
+        for hop in hops:
+            if hop.pool is not None:
+                pools.setdefault(hop.pool)
+    return list(pools)
+
+
+def _pool_json(
+    pool: PoolConfig, scheduler: PoolScheduler, enabled: Collection[str], now: float
+) -> dict[str, Any]:
+    members = [name for name in pool.members if name in enabled]
+    return {
+        "pool": pool.label,
+        "chain": pool.chain,
+        "pick": pool.pick,
+        "next": scheduler.next_member(pool, members),
+        "members": [_member_json(scheduler, name, name in enabled, now) for name in pool.members],
+    }
+
+
+def _member_json(scheduler: PoolScheduler, name: str, enabled: bool, now: float) -> dict[str, Any]:
+    state = scheduler.member(name)
+    window = state.window
+    return {
+        "provider": name,
+        "enabled": enabled,
+        "blocked": state.blocked,
+        "heard_from": state.heard_from,
+        "window": None
+        if window is None
+        else {
+            "utilisation": window.utilisation,
+            "reset_at": window.reset_at,
+            "resets_in_s": round(window.reset_at - now, 1),
+            "source": window.source,
+            "seen_at": window.seen_at,
+        },
+    }
 
 
 def provider_quota_json(q: ProviderQuota) -> dict[str, Any]:

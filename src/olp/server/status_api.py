@@ -18,6 +18,7 @@ from olp.quota import ProviderQuota
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.owner import require_owner
+from olp.server.quota_api import pools_json
 from olp.server.recent import scrub
 
 __all__ = ["management_status", "provider_entry", "status_payload"]
@@ -45,6 +46,7 @@ def status_payload(ctx: AppContext) -> dict[str, Any]:
         "uptime_human": _human(uptime),
         "generated_at": now,
         "providers": providers,
+        "pools": pools_json(ctx.config, ctx.pools, ctx.providers, now),
         "counters": {
             "total_requests": metrics.total_requests(),
             "active_requests": metrics.active_requests,

@@ -145,6 +145,7 @@
     $("version").textContent = `v${s.version} · up ${s.uptime_human}`;
     renderTiles(d);
     renderProviders(d);
+    renderPools(s.pools);
     renderTraffic(d);
     renderCache(d.cache);
     renderFallbacks(s.recent_fallbacks);
@@ -211,6 +212,36 @@
       fact("today", q ? num(q.requests_today) : "–", "today"),
       fact("spawns", spawns, "spawns")));
     return card;
+  }
+
+  // Each pool: which member its next request takes, and every member's window.
+  function renderPools(pools) {
+    $("panel-pools").hidden = !pools.length;
+    const box = $("pools");
+    box.replaceChildren();
+    for (const pool of pools) {
+      const card = el("article", { class: "card pool", "data-pool": pool.pool });
+      card.append(el("header", {},
+        el("div", {}, el("h3", { text: pool.pool }), el("span", { class: "muted", text: pool.pick })),
+        el("span", { class: "badge next", text: "next: " + (pool.next || "none") })));
+      for (const m of pool.members) card.append(poolMember(m, m.provider === pool.next));
+      box.append(card);
+    }
+  }
+
+  function poolMember(m, next) {
+    const w = m.window;
+    const figure = w ? { value: w.utilisation, source: w.source } : { value: null, source: "none" };
+    const row = el("div", { class: "pool-member" + (next ? " next" : ""), "data-member": m.provider });
+    const state = !m.enabled ? " · disabled" : m.blocked ? " · cooling down or soft-limited"
+      : w ? "" : m.heard_from ? " · window unknown" : " · not tried yet";
+    row.append(el("p", {}, el("strong", { text: m.provider }), el("span", { class: "muted", text: state })));
+    row.append(bar("window", figure));
+    if (w) {
+      row.append(el("p", { class: "muted small" }, el("span", { text: "resets in " }),
+        el("strong", { class: "countdown", "data-until": String(w.reset_at), text: duration(w.reset_at - serverNow()) })));
+    }
+    return row;
   }
 
   // A soft trigger fires: OLP skips the provider until it clears by itself (reset_at).
