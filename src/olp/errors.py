@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "Failure",
     "Forbidden",
+    "HeaderFieldsTooLarge",
     "HopFailure",
     "InvalidApiKey",
     "InvalidRequest",
@@ -45,6 +46,7 @@ __all__ = [
     "ProviderError",
     "RequestTimeout",
     "RequestTooLarge",
+    "ShuttingDown",
     "UnpricedModel",
     "UnsupportedMediaType",
 ]
@@ -150,6 +152,12 @@ class RequestTooLarge(OLPError):
     type = "invalid_request_error"
 
 
+class HeaderFieldsTooLarge(OLPError):
+    code = "request_header_fields_too_large"
+    http_status = 431
+    type = "invalid_request_error"
+
+
 class UnsupportedMediaType(OLPError):
     code = "unsupported_media_type"
     http_status = 415
@@ -192,6 +200,14 @@ class CacheUnavailable(OLPError):
     """The shared cache (Redis) did not answer an owner's request to change it."""
 
     code = "cache_unavailable"
+    http_status = 503
+    type = "server_error"
+
+
+class ShuttingDown(OLPError):
+    """OLP stopped before this request was answered (SIGTERM past `server.shutdown_grace_s`)."""
+
+    code = "server_shutting_down"
     http_status = 503
     type = "server_error"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import resource
 import socket
 import sys
 from dataclasses import replace
@@ -115,6 +116,7 @@ def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None
         click.echo(
             f"olp: listening on {base_url(config.server.host, config.server.port)}", err=True
         )
+        _raise_fd_limit()
         server = uvicorn.Server(uvicorn_config(app, config))
         _tune_gc()
         try:
@@ -158,6 +160,21 @@ def _bind_hint(exc: OSError, port: int) -> str:
     if exc.errno == errno.EACCES:
         return "ports below 1024 need privileges: choose a port above 1024 with --port"
     return "check --host / OLP_HOST: it must be an address of this machine"
+
+
+def _raise_fd_limit() -> None:
+    """Let the process open as many files as the system allows it (the hard limit).
+
+    Each connection is a file descriptor, and the usual soft limit (1,024) is soon reached
+    by many clients at once; past it, new connections — `/health` too — wait unaccepted.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:  # e.g. an unlimited hard limit the kernel refuses
+        click.echo(f"olp: could not raise the open-file limit ({soft}): {exc}", err=True)
 
 
 def _tune_gc() -> None:
