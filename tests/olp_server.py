@@ -127,10 +127,16 @@ class ProcessServer:
     """`olp start` as a real child process (for signals, the CLI and the owner key)."""
 
     def __init__(
-        self, home: Path, env: Mapping[str, str] | None = None, *, fd_limit: int | None = None
+        self,
+        home: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        fd_limit: int | None = None,
+        umask: int | None = None,
     ) -> None:
         self.home = home
         self.fd_limit = fd_limit  # the child's RLIMIT_NOFILE, soft and hard
+        self.umask = umask
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **server_env(home), "OLP_PORT": str(self.port), **(env or {})}
@@ -144,6 +150,7 @@ class ProcessServer:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             preexec_fn=self._limit_fds if self.fd_limit is not None else None,
+            umask=-1 if self.umask is None else self.umask,
         )
         try:
             self._wait_ready()

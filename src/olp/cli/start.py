@@ -23,6 +23,7 @@ from olp.cli.common import (
 from olp.config import Config, load_config
 from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging, redacted_url
+from olp.storage import tighten_home
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 _GC_GEN0_THRESHOLD = 20_000
@@ -106,6 +107,7 @@ def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None
 
     listener = configure_logging(config.log_level)
     try:
+        tighten_home(config.home)  # files a looser umask or an older OLP left readable
         try:
             app = create_app(config)
         except ConfigError as exc:
