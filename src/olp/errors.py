@@ -205,11 +205,17 @@ class CacheUnavailable(OLPError):
 
 
 class ShuttingDown(OLPError):
-    """OLP stopped before this request was answered (SIGTERM past `server.shutdown_grace_s`)."""
+    """OLP stopped before this request was answered (SIGTERM past `server.shutdown_grace_s`).
+
+    It says to retry in a few seconds (Retry-After): a supervisor restarts OLP by then.
+    """
 
     code = "server_shutting_down"
     http_status = 503
     type = "server_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=5)
 
 
 class ProviderError(OLPError):
