@@ -190,3 +190,4 @@ class DisconnectWatch:
             self._spawn = None
         if self._watcher is not None:
             self._watcher.cancel()
+            self._watcher = None
