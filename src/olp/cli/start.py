@@ -41,10 +41,10 @@ def start(host: str | None, port: int | None) -> None:
     start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
     Ctrl-C stops accepting requests and lets streams in flight finish, up to
     server.shutdown_grace_s seconds; those still open then are told OLP is stopping
-    (503, or an error frame), and every request is in the ledger before it exits. Edits to config.json apply while it runs (providers,
-    routing, pricing, auth, the ledger, and the server's and cache's limits; checked every
-    second, or at once on SIGHUP); a file that does not load is logged and changes
-    nothing.
+    (503, or an error frame), and every request is in the ledger before it exits. Edits
+    to config.json apply while it runs (providers, routing, pricing, auth, the ledger,
+    and the server's and cache's limits; checked every second, or at once on SIGHUP); a
+    file that does not load is logged and changes nothing.
 
     \b
     Examples:
