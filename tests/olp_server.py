@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
@@ -125,8 +126,17 @@ def free_port() -> int:
 class ProcessServer:
     """`olp start` as a real child process (for signals, the CLI and the owner key)."""
 
-    def __init__(self, home: Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        home: Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        fd_limit: int | None = None,
+        umask: int | None = None,
+    ) -> None:
         self.home = home
+        self.fd_limit = fd_limit  # the child's RLIMIT_NOFILE, soft and hard
+        self.umask = umask
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **server_env(home), "OLP_PORT": str(self.port), **(env or {})}
@@ -139,6 +149,8 @@ class ProcessServer:
             text=True,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
+            preexec_fn=self._limit_fds if self.fd_limit is not None else None,
+            umask=-1 if self.umask is None else self.umask,
         )
         try:
             self._wait_ready()
@@ -148,6 +160,10 @@ class ProcessServer:
             self.__exit__()
             raise
         return self
+
+    def _limit_fds(self) -> None:
+        assert self.fd_limit is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (self.fd_limit, self.fd_limit))
 
     def _wait_ready(self) -> None:
         assert self.proc is not None

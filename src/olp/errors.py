@@ -33,6 +33,7 @@ __all__ = [
     "ConfigError",
     "Failure",
     "Forbidden",
+    "HeaderFieldsTooLarge",
     "HopFailure",
     "InvalidApiKey",
     "InvalidRequest",
@@ -45,6 +46,7 @@ __all__ = [
     "ProviderError",
     "RequestTimeout",
     "RequestTooLarge",
+    "ShuttingDown",
     "UnpricedModel",
     "UnsupportedMediaType",
 ]
@@ -150,6 +152,12 @@ class RequestTooLarge(OLPError):
     type = "invalid_request_error"
 
 
+class HeaderFieldsTooLarge(OLPError):
+    code = "request_header_fields_too_large"
+    http_status = 431
+    type = "invalid_request_error"
+
+
 class UnsupportedMediaType(OLPError):
     code = "unsupported_media_type"
     http_status = 415
@@ -194,6 +202,20 @@ class CacheUnavailable(OLPError):
     code = "cache_unavailable"
     http_status = 503
     type = "server_error"
+
+
+class ShuttingDown(OLPError):
+    """OLP stopped before this request was answered (SIGTERM past `server.shutdown_grace_s`).
+
+    It says to retry in a few seconds (Retry-After): a supervisor restarts OLP by then.
+    """
+
+    code = "server_shutting_down"
+    http_status = 503
+    type = "server_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retry_after=5)
 
 
 class ProviderError(OLPError):

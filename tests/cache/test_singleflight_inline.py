@@ -1,14 +1,13 @@
 """The lone leader: it pulls the upstream in its own task until a follower joins.
 
-The guard is the server's real `DisconnectWatch`; a client going away is the call
-OLP's protocol makes when the connection is lost (`DISCONNECT_HOOKS`).
+The guard is the server's real `DisconnectWatch`; a client going away is the
+`http.disconnect` its `receive()` then gives.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import Callable
 
 import pytest
 from cache_fakes import ANSWER, Upstream, drain, run, settle
@@ -17,25 +16,21 @@ from olp.cache.singleflight import FlightView, SingleFlight
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, TextDelta
 from olp.server.asgi import DisconnectWatch, Request
-from olp.server.protocol import DISCONNECT_HOOKS
 
 
 class Client:
     """One request's side: its disconnect watch (the guard) and how to make it go away."""
 
     def __init__(self) -> None:
-        self.hooks: list[Callable[[], None]] = []
-        scope = {"type": "http", DISCONNECT_HOOKS: self.hooks}
-        self.watch = DisconnectWatch(Request(scope, _never))
+        self._gone = asyncio.Event()
+        self.watch = DisconnectWatch(Request({"type": "http"}, self._receive))
+
+    async def _receive(self) -> dict[str, object]:
+        await self._gone.wait()
+        return {"type": "http.disconnect"}
 
     def disconnect(self) -> None:
-        for hook in self.hooks:
-            hook()
-
-
-async def _never() -> dict[str, object]:
-    await asyncio.Event().wait()
-    raise AssertionError("unreachable")
+        self._gone.set()
 
 
 def lead(sf: SingleFlight, up: Upstream, **kw: object) -> tuple[Client, FlightView]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import os
 import sqlite3
 import threading
 import time
@@ -39,7 +40,7 @@ from olp.accounts.ledger_rows import (
     row_dict,
 )
 from olp.observability import event_logger
-from olp.storage import open_database
+from olp.storage import open_database, open_private
 
 __all__ = ["SPILL_FILE", "Ledger"]
 
@@ -349,7 +350,8 @@ class Ledger:
         if not count:
             return
         try:
-            with self.spill_path.open("ab") as out:
+            fd = open_private(self.spill_path, os.O_WRONLY | os.O_APPEND)
+            with os.fdopen(fd, "ab") as out:
                 out.write(lines)
         except OSError as exc:
             with self._counts_lock:

@@ -36,7 +36,7 @@ __all__ = [
 # from key changes and lets the owner archive or delete the ledger alone.
 LEDGER_FILE = "ledger.db"
 
-AttemptOutcome = Literal["served", "failed", "skipped", "truncated"]
+AttemptOutcome = Literal["served", "failed", "skipped", "truncated", "cancelled"]
 
 
 # Not frozen: two records are made per request, and a frozen dataclass costs ~3x to build.

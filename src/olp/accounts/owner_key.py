@@ -7,6 +7,8 @@ import os
 import secrets
 from pathlib import Path
 
+from olp.storage import private_dir
+
 __all__ = ["KEY_PREFIX", "OwnerKeyFile", "generate_key", "hash_key"]
 
 KEY_PREFIX = "olp_"
@@ -37,7 +39,7 @@ class OwnerKeyFile:
     def create(self) -> str:
         """Make a new owner key, store its hash, and return the key itself (show it once)."""
         key = generate_key()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         tmp = self.path.with_suffix(".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as out:

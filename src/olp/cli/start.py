@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import resource
 import socket
 import sys
 from dataclasses import replace
@@ -22,6 +23,7 @@ from olp.cli.common import (
 from olp.config import Config, load_config
 from olp.errors import ConfigError, OLPError
 from olp.observability import configure_logging, redacted_url
+from olp.storage import tighten_home
 
 # Allocations between two collections of the youngest generation (Python's default: 700).
 _GC_GEN0_THRESHOLD = 20_000
@@ -38,10 +40,11 @@ def start(host: str | None, port: int | None) -> None:
     Reads $OLP_HOME/config.json (or detects providers when there is none). On the first
     start it creates the owner key, prints it once and keeps only its hash. SIGTERM or
     Ctrl-C stops accepting requests and lets streams in flight finish, up to
-    server.shutdown_grace_s seconds. Edits to config.json apply while it runs (providers,
-    routing, pricing, auth, the ledger, and the server's and cache's limits; checked every
-    second, or at once on SIGHUP); a file that does not load is logged and changes
-    nothing.
+    server.shutdown_grace_s seconds; those still open then are told OLP is stopping
+    (503, or an error frame), and every request is in the ledger before it exits. Edits
+    to config.json apply while it runs (providers, routing, pricing, auth, the ledger,
+    and the server's and cache's limits; checked every second, or at once on SIGHUP); a
+    file that does not load is logged and changes nothing.
 
     \b
     Examples:
@@ -105,6 +108,7 @@ def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None
 
     listener = configure_logging(config.log_level)
     try:
+        tighten_home(config.home)  # files a looser umask or an older OLP left readable
         try:
             app = create_app(config)
         except ConfigError as exc:
@@ -115,6 +119,7 @@ def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None
         click.echo(
             f"olp: listening on {base_url(config.server.host, config.server.port)}", err=True
         )
+        _raise_fd_limit()
         server = uvicorn.Server(uvicorn_config(app, config))
         _tune_gc()
         try:
@@ -158,6 +163,21 @@ def _bind_hint(exc: OSError, port: int) -> str:
     if exc.errno == errno.EACCES:
         return "ports below 1024 need privileges: choose a port above 1024 with --port"
     return "check --host / OLP_HOST: it must be an address of this machine"
+
+
+def _raise_fd_limit() -> None:
+    """Let the process open as many files as the system allows it (the hard limit).
+
+    Each connection is a file descriptor, and the usual soft limit (1,024) is soon reached
+    by many clients at once; past it, new connections — `/health` too — wait unaccepted.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == hard:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (ValueError, OSError) as exc:  # e.g. an unlimited hard limit the kernel refuses
+        click.echo(f"olp: could not raise the open-file limit ({soft}): {exc}", err=True)
 
 
 def _tune_gc() -> None:

@@ -127,6 +127,8 @@ def _server(r: Reader) -> ServerConfig:
         heartbeat_interval_ms=r.integer("heartbeat_interval_ms", d.heartbeat_interval_ms, lo=100),
         body_timeout_s=r.number("body_timeout_s", d.body_timeout_s, lo=0.1),
         shutdown_grace_s=r.number("shutdown_grace_s", d.shutdown_grace_s, lo=0),
+        max_header_bytes=r.integer("max_header_bytes", d.max_header_bytes, lo=1024),
+        header_timeout_s=r.number("header_timeout_s", d.header_timeout_s, lo=0.1),
     )
     r.done()
     return server

@@ -125,6 +125,11 @@ class ServerConfig:
     body_timeout_s: float = 30.0
     # How long in-flight streams may run on after SIGTERM/SIGINT.
     shutdown_grace_s: float = 30.0
+    # A request's headers larger than this are refused (431) before they are read whole.
+    max_header_bytes: int = 64 * 1024
+    # A connection must complete its request headers within this time (from when it
+    # opens, so an idle connection that never sends a request is closed after it).
+    header_timeout_s: float = 30.0
 
 
 @dataclass(frozen=True, slots=True)

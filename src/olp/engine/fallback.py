@@ -9,6 +9,7 @@ produced ever reaches the client. After commit, a failure ends the answer with
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -27,7 +28,7 @@ __all__ = ["Attempt", "AttemptListener", "FallbackEngine", "HopGate", "Served"]
 
 log = event_logger("olp.engine")
 
-Outcome = Literal["served", "failed", "skipped", "truncated"]
+Outcome = Literal["served", "failed", "skipped", "truncated", "cancelled"]
 
 
 @dataclass(slots=True)
@@ -72,8 +73,18 @@ class Served:
     truncated: bool = False
     error: ProviderError | None = None
     _closed: bool = field(default=False, repr=False)
+    _reported: bool = field(default=False, repr=False)  # its attempt went to the listeners
 
     async def events(self) -> AsyncIterator[Event]:
+        try:
+            async for event in self._events():
+                yield event
+        except (asyncio.CancelledError, GeneratorExit):
+            # Cut off: the client left, or OLP is stopping. The attempt still happened.
+            self.engine.cancelled(self)
+            raise
+
+    async def _events(self) -> AsyncIterator[Event]:
         finished = False
         for event in self.head:
             finished = finished or isinstance(event, Finish)
@@ -168,6 +179,7 @@ class FallbackEngine:
                 continue
             except BaseException:
                 await _close(stream)
+                self._emit(self._attempt(request_id, chain, hop, "cancelled", started, source))
                 raise
             rest = None if ended else stream
             return Served(
@@ -253,13 +265,42 @@ class FallbackEngine:
         )
 
     def served(self, served: Served) -> None:
-        self._emit(self._served_attempt(served, "served"))
+        self._report(served, self._served_attempt(served, "served"))
 
     def after_commit_failure(self, served: Served, exc: ProviderError) -> None:
         self._cool_down(served.hop, exc)
         attempt = self._served_attempt(served, "truncated")
         attempt.failure, attempt.message = exc.failure, exc.message
-        self._emit(attempt)
+        self._report(served, attempt)
+
+    def cancelled(self, served: Served) -> None:
+        self._report(served, self._served_attempt(served, "cancelled"))
+
+    def _report(self, served: Served, attempt: Attempt) -> None:
+        if not served._reported:  # once: a stream cut after it ended is still served
+            served._reported = True
+            self._emit(attempt)
+
+    def _attempt(
+        self,
+        request_id: str,
+        chain: Chain,
+        hop: Hop,
+        outcome: Outcome,
+        started: float,
+        source: HopSource,
+    ) -> Attempt:
+        latency = (time.perf_counter() - started) * 1000
+        return Attempt(
+            request_id,
+            chain.name,
+            hop.index,
+            hop.name,
+            hop.model,
+            outcome,
+            latency_ms=latency,
+            upstream=source.upstream,
+        )
 
     def _served_attempt(self, served: Served, outcome: Outcome) -> Attempt:
         hop = served.hop

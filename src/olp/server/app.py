@@ -8,6 +8,7 @@ import math
 import signal
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 from olp import __version__
 from olp.accounts import Authenticator, OwnerKeyFile, hash_key
@@ -21,7 +22,7 @@ from olp.accounts.usage_query import read_limit_seeds
 from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import FallbackEngine, PoolScheduler, Router
-from olp.errors import MethodNotAllowed, NotFound, OLPError
+from olp.errors import MethodNotAllowed, NotFound, OLPError, ShuttingDown
 from olp.observability import event_logger
 from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
@@ -48,6 +49,9 @@ from olp.wire.openai_chat import error_body
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
 
 log = event_logger("olp.server")
+
+# How long the requests cut at shutdown may take to answer and record themselves.
+_REQUESTS_END_S = 5.0
 
 Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
 _ROUTES: dict[str, dict[str, Handler]] = {
@@ -153,6 +157,7 @@ class OLPApp:
         self.ctx = ctx
         self.quota_sync = quota_sync
         self._background: list[asyncio.Task[None]] = []
+        self._requests: set[asyncio.Task[Any]] = set()  # in flight, for a clean shutdown
         self._reloader: ConfigReloader | None = None
 
     def watch_config(self, load: Callable[[], Config], loaded: Config) -> None:
@@ -171,14 +176,24 @@ class OLPApp:
 
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         req = Request(scope, receive)
+        task = asyncio.current_task()
+        if task is not None:
+            self._requests.add(task)
         try:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)
         except OLPError as err:
             await _send_error(send, err)
+        except asyncio.CancelledError:
+            # The server stopped past server.shutdown_grace_s (chat ends its own requests).
+            if task is not None:
+                task.uncancel()
+            await _send_error(send, ShuttingDown("OLP is shutting down; retry in a few seconds."))
         except Exception:
             log.error("unhandled_error", path=req.path, exc_info=True)
             await _send_error(send, OLPError("Internal server error; see the OLP log."))
+        finally:
+            self._requests.discard(task)
 
     async def _lifespan(self, receive: Receive, send: Send) -> None:
         while True:
@@ -202,6 +217,10 @@ class OLPApp:
                 return
 
     async def aclose(self) -> None:
+        if self._requests:
+            # Requests the server cut at shutdown are still answering their clients and
+            # recording their rows: the providers and the ledger must outlive them.
+            await asyncio.wait(set(self._requests), timeout=_REQUESTS_END_S)
         await self.ctx.health_checks.aclose()  # before the providers it calls are closed
         await self.quota_sync.aclose()
         for task in self._background:

@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from olp.errors import RequestTimeout, RequestTooLarge
-from olp.server.protocol import DISCONNECT_HOOKS
 
 __all__ = [
     "ClientGone",
@@ -110,9 +109,8 @@ class DisconnectWatch:
     """Cancels the handling task when the client goes away mid-response.
 
     Cancellation then unwinds the provider stream, which closes the upstream connection
-    or kills the CLI. Under OLP's own protocol the connection's loss calls us directly
-    (`DISCONNECT_HOOKS`); under any other ASGI server the only news is an `http.disconnect`
-    from `receive()`, so a small task waits on it once the body is read.
+    or kills the CLI. The news is an `http.disconnect` from `receive()` (ASGI's way), so a
+    small task waits on it once the body is read.
 
     It is also the request's `CancelGuard` (olp.cache): while the task pulls an upstream
     that another request may share, the cancel waits until the pull is over.
@@ -137,14 +135,9 @@ class DisconnectWatch:
         self._deferred = False
         self._receive: Receive | None = req.receive
         self._watcher: asyncio.Task[None] | None = None
-        self._spawn: asyncio.Handle | None = None
-        hooks = req.scope.get(DISCONNECT_HOOKS)
-        if hooks is not None:
-            hooks.append(self._gone)
-        else:
-            # The watcher task starts on the loop's next turn: a handler that finishes
-            # without ever waiting (a cache hit) never pays for a task it did not need.
-            self._spawn = asyncio.get_running_loop().call_soon(self._start)
+        # The watcher task starts on the loop's next turn: a handler that finishes
+        # without ever waiting (a cache hit) never pays for a task it did not need.
+        self._spawn: asyncio.Handle | None = asyncio.get_running_loop().call_soon(self._start)
 
     @property
     def task(self) -> asyncio.Task[Any] | None:
@@ -186,7 +179,7 @@ class DisconnectWatch:
 
     def stop(self) -> None:
         # Also let go of the request: the watch, the task and the connection's request
-        # cycle refer to one another (hooks, `receive`), and a cycle of them would wait for
+        # cycle refer to one another (through `receive`), and a cycle of them would wait for
         # the garbage collector instead of going when the request ends.
         self._active = False
         self._task = None
@@ -197,3 +190,4 @@ class DisconnectWatch:
             self._spawn = None
         if self._watcher is not None:
             self._watcher.cancel()
+            self._watcher = None

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from olp.accounts import Identity
 from olp.cache import CacheHop, ResponseCache, cache_policy
 from olp.engine import CacheScope, Chain, FallbackEngine, Served
-from olp.errors import ChainFailed, OLPError, UnsupportedMediaType
-from olp.ir import ChatRequest, ChatResponse, Event, ResponseBuilder, Usage
+from olp.errors import ChainFailed, OLPError, ShuttingDown, UnsupportedMediaType
+from olp.ir import ChatRequest, ChatResponse, Event, Finish, ResponseBuilder, Usage
 from olp.observability import event_logger
 from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send, send_bytes
 from olp.server.context import AppContext
@@ -48,6 +48,8 @@ class _Exchange:
     ttft_ms: float | None = None
     served: Served | None = None
     holding: str | None = None  # the key whose concurrent slot this request holds
+    encoder: ChunkEncoder | None = None  # a streamed answer's, once it is being sent
+    client_left: bool = False
 
     async def start_sse(self) -> None:
         headers = [*_SSE_HEADERS, *self.meta.headers(self.ctx.config.auth)]
@@ -114,10 +116,14 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
     except ClientGone:
         log.info("client_disconnected", request_id=ex.meta.request_id)
     except asyncio.CancelledError:
-        if watch is None or not watch.disconnected:
-            raise
+        # The cancel came from our DisconnectWatch, or from the server stopping past
+        # server.shutdown_grace_s: either way this handler still ends the request itself.
         _uncancel()
-        log.info("client_disconnected", request_id=ex.meta.request_id)
+        if watch is not None and watch.disconnected:
+            ex.client_left = True
+            log.info("client_disconnected", request_id=ex.meta.request_id)
+        else:
+            await _cut_by_shutdown(ex)
     except Exception:
         log.error("unhandled_error", request_id=ex.meta.request_id, exc_info=True)
         await ex.fail(
@@ -212,11 +218,26 @@ def _cache_scope(
     )
 
 
+async def _cut_by_shutdown(ex: _Exchange) -> None:
+    """OLP is stopping with this request still open: answer it as an OpenAI client expects
+    (a 503 with Retry-After before the first byte; after it, the stream's end and an error
+    frame), and let the ledger record it."""
+    err = ShuttingDown(
+        "OLP is shutting down and stopped this request before it was answered; "
+        "retry in a few seconds."
+    )
+    log.info("request_cut_by_shutdown", request_id=ex.meta.request_id, started=ex.started)
+    if ex.encoder is not None and ex.ttft_ms is not None:  # content went out
+        await ex.frame(ex.encoder.encode(Finish("length")))
+    await ex.fail(err)
+
+
 def _finished(ex: _Exchange) -> None:
     """Hand the finished request to every observer (ledger, limits, metrics)."""
     meta, served = ex.meta, ex.served
-    if ex.error is None and served is None:
-        return  # the client went away before anything happened: nothing to record
+    if ex.error is None and served is None and not ex.client_left:
+        return  # the client went away before its request was read: nothing to record
+    status = 499 if ex.client_left and not ex.started else ex.status  # (nginx's "client closed")
     outcome = RequestOutcome(
         request_id=meta.request_id,
         started_at=meta.wall_start,
@@ -226,8 +247,8 @@ def _finished(ex: _Exchange) -> None:
         model=meta.model,
         hops=meta.hops,
         cache=meta.cache,
-        status=ex.status,
-        error_code=ex.error.code if ex.error is not None else None,
+        status=status,
+        error_code=_error_code(ex),
         error_message=ex.error.message if ex.error is not None else None,
         usage=ex.usage,
         stream=ex.stream,
@@ -244,8 +265,13 @@ def _finished(ex: _Exchange) -> None:
             log.error("observer_failed", request_id=meta.request_id, exc_info=True)
 
 
+def _error_code(ex: _Exchange) -> str | None:
+    if ex.error is not None:
+        return ex.error.code
+    return "client_disconnected" if ex.client_left and not ex.started else None
+
+
 def _uncancel() -> None:
-    # The cancel came from our DisconnectWatch, not from shutdown: swallow it.
     task = asyncio.current_task()
     if task is not None:
         task.uncancel()
@@ -300,7 +326,7 @@ async def _stream(
 
 async def _send_stream(ex: _Exchange, served: Served, request: ChatRequest) -> None:
     _note_served(ex, served)
-    encoder = ChunkEncoder(
+    encoder = ex.encoder = ChunkEncoder(
         _completion_id(ex), request.model, int(time.time()), request.include_usage
     )
     ex.ctx.metrics.stream_started()

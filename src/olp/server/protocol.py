@@ -1,115 +1,191 @@
-"""uvicorn's httptools protocol, with writes coalesced per event-loop iteration.
+"""Limits on a connection before its request reaches the app.
 
-It also tells the app at once when a client goes away mid-response (`DISCONNECT_HOOKS`),
-so a request need not keep a task waiting on `receive()` just to find out.
+OLP serves HTTP with uvicorn's standard httptools protocol. That protocol reads a request's
+headers without bound (however large, however slowly they come) and waits for a new
+connection's first request forever; uvicorn has no public setting for either. So every
+connection goes through a `ConnectionGuard` first, a plain `asyncio.Protocol` in front of
+uvicorn's, which
 
-uvicorn writes the status line and every body chunk with its own `transport.write()`,
-and each is a `send()` syscall. A streamed answer is a dozen small SSE frames, and a JSON
-answer is headers + body: measured under load, those syscalls were the largest single cost
-in OLP (`docs/performance.md`). Frames produced in the same loop iteration (the headers
-and the body; the events of one upstream read) now leave in one write, at the end of that
-iteration — far fewer syscalls. A complete response that is the only one in progress
-leaves at once instead, so a lone client does not wait for the next iteration.
+- refuses a request whose headers pass `server.max_header_bytes` (a 431 on a connection's
+  first request, where nothing else is being written; later ones are closed);
+- closes a connection whose request headers are not complete within
+  `server.header_timeout_s`, counted from when the connection opens and, for a later
+  request on it, from that request's first byte (between requests uvicorn's keep-alive
+  timeout applies);
+- keeps connections that have not yet sent a complete request head to at most
+  `max_waiting` (half of the process's file descriptors): past that, the oldest is closed,
+  so a flood of idle connections cannot take the descriptors `/health` and chat need.
+
+It watches the bytes with its own httptools parser (only where each request's head begins
+and ends) and hands them on unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, ClassVar
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-__all__ = ["DISCONNECT_HOOKS", "CoalescingHttpToolsProtocol", "CoalescingTransport"]
+from olp.config import ServerConfig
+from olp.errors import HeaderFieldsTooLarge
+from olp.observability import event_logger
+from olp.wire.openai_chat import error_body
 
-# Scope key: a list the app may add callbacks to; they run when the connection is lost
-# before the response is complete. Absent under other servers (see `DisconnectWatch`).
-DISCONNECT_HOOKS = "olp.disconnect_hooks"
+__all__ = ["guarded_protocol"]
 
-
-class CoalescingTransport:
-    """Buffers `write()`s and flushes them once per loop iteration; the rest passes through."""
-
-    __slots__ = ("_buffer", "_loop", "_scheduled", "_transport")
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._buffer: list[bytes] = []
-        self._scheduled = False
-
-    def write(self, data: bytes) -> None:
-        if not data:
-            return
-        self._buffer.append(data)
-        if not self._scheduled:
-            self._scheduled = True
-            self._loop.call_soon(self._flush_scheduled)
-
-    def _flush_scheduled(self) -> None:
-        self._scheduled = False
-        self.flush()
-
-    def flush(self) -> None:
-        """Write what is buffered now."""
-        if not self._buffer:
-            return
-        data = self._buffer[0] if len(self._buffer) == 1 else b"".join(self._buffer)
-        self._buffer.clear()
-        if not self._transport.is_closing():
-            self._transport.write(data)
-
-    def close(self) -> None:
-        self.flush()
-        self._transport.close()
-
-    def abort(self) -> None:
-        self._buffer.clear()
-        self._transport.abort()
-
-    def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._buffer))
-
-    # Written out rather than left to `__getattr__`: uvicorn asks `is_closing()` once per
-    # response and `get_extra_info()` several times per connection; `__getattr__` runs
-    # only after the normal lookup has built an AttributeError and thrown it away.
-    def is_closing(self) -> bool:
-        return self._transport.is_closing()
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return self._transport.get_extra_info(name, default)
-
-    def __getattr__(self, name: str) -> Any:
-        # pause_reading, resume_reading, set_protocol, …
-        return getattr(self._transport, name)
+log = event_logger("olp.server")
 
 
-class CoalescingHttpToolsProtocol(HttpToolsProtocol):
+class WaitingConnections:
+    """Connections that have not sent a complete request head yet, oldest first."""
+
+    def __init__(self, settings: Callable[[], ServerConfig], most: int) -> None:
+        self.settings = settings  # the `server` config in force (a reload may change it)
+        self._most = most
+        self._guards: dict[ConnectionGuard, None] = {}
+
+    def add(self, guard: ConnectionGuard) -> None:
+        while len(self._guards) >= self._most:
+            oldest = next(iter(self._guards))
+            del self._guards[oldest]
+            oldest.close("too_many_waiting")
+        self._guards[guard] = None
+
+    def discard(self, guard: ConnectionGuard) -> None:
+        self._guards.pop(guard, None)
+
+    def __len__(self) -> int:
+        return len(self._guards)
+
+
+class ConnectionGuard(asyncio.Protocol):
+    """One connection: checks its request heads, then hands every byte to uvicorn."""
+
+    waiting: ClassVar[WaitingConnections]
+
+    def __init__(self, **uvicorn_args: Any) -> None:
+        # What uvicorn passes to the protocol class it is given (config, server_state, …).
+        self._http = HttpToolsProtocol(**uvicorn_args)
+        self._limits = self.waiting.settings()
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
+        self._transport: asyncio.Transport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._in_head = True
+        self._head_bytes = 0
+        self._heads = 0  # request heads completed on this connection
+
+    # -- asyncio.Protocol ----------------------------------------------------------------
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports are not asyncio.Transport subclasses, hence the cast.
-        self._coalescing = CoalescingTransport(cast(asyncio.Transport, transport), self.loop)
-        super().connection_made(cast(Any, self._coalescing))
+        self._transport = transport  # type: ignore[assignment]
+        self._http.connection_made(transport)  # type: ignore[arg-type]
+        self._start_timer()
+        self.waiting.add(self)
 
-    def on_response_complete(self) -> None:
-        # The response is whole. If it is the only one in progress, it leaves now: waiting
-        # for the end of the loop iteration would cost a lone client an iteration of
-        # latency (1 connection: 132 -> 96 µs per cache hit). Under load it waits, so
-        # that responses finishing together leave together (64 connections: 15 % more
-        # hits per second than flushing each at once).
-        if len(self.tasks) <= 1:
-            self._coalescing.flush()
-        super().on_response_complete()
+    def data_received(self, data: bytes) -> None:
+        if self._parser is not None:
+            self._watch(data)
+            if self._transport is None or self._transport.is_closing():
+                return
+        self._http.data_received(data)
 
-    def on_message_begin(self) -> None:
-        super().on_message_begin()
-        hooks: list[Callable[[], None]] = []
-        cast(dict[str, Any], self.scope)[DISCONNECT_HOOKS] = hooks
+    def eof_received(self) -> None:
+        self._http.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # uvicorn types it as always set, but it is None until the first request arrives.
-        cycle: RequestResponseCycle | None = self.cycle
-        gone_mid_response = cycle is not None and not cycle.response_complete
-        super().connection_lost(exc)
-        if cycle is not None and gone_mid_response:
-            for hook in cast(dict[str, Any], cycle.scope).get(DISCONNECT_HOOKS, ()):
-                hook()
+        self._stop_timer()
+        self.waiting.discard(self)
+        self._transport = None
+        self._http.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._http.pause_writing()
+
+    def resume_writing(self) -> None:
+        self._http.resume_writing()
+
+    # -- httptools parser callbacks ------------------------------------------------------
+
+    def on_message_begin(self) -> None:
+        self._in_head = True
+        self._head_bytes = 0
+        if self._timer is None:
+            self._start_timer()
+
+    def on_headers_complete(self) -> None:
+        self._in_head = False
+        self._heads += 1
+        self._stop_timer()
+        self.waiting.discard(self)
+
+    # -- the checks ----------------------------------------------------------------------
+
+    def _watch(self, data: bytes) -> None:
+        assert self._parser is not None
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            # Malformed (uvicorn answers 400) or an upgrade (uvicorn declines it): either
+            # way uvicorn decides what happens next; nothing more to watch.
+            self._parser = None
+            self._stop_timer()
+            return
+        if self._in_head:
+            # The chunk a head begins in counts whole, so a head may be refused a little
+            # early when that chunk also ends the previous request's body.
+            self._head_bytes += len(data)
+            if self._head_bytes > self._limits.max_header_bytes:
+                self._refuse_headers()
+
+    def _refuse_headers(self) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if self._heads == 0:
+            limit = self._limits.max_header_bytes
+            err = HeaderFieldsTooLarge(
+                f"Request headers too large: the limit is {limit} bytes "
+                "(server.max_header_bytes in config.json)."
+            )
+            body = error_body(err)
+            transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
+                b"content-type: application/json\r\nconnection: close\r\n"
+                b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+            )
+        self.close("headers_too_large")
+
+    def _start_timer(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._timer = loop.call_later(self._limits.header_timeout_s, self.close, "header_timeout")
+
+    def _stop_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def close(self, why: str) -> None:
+        """Close the connection (it is dropped from the waiting ones when it is lost)."""
+        self._stop_timer()
+        if self._transport is not None and not self._transport.is_closing():
+            log.debug("connection_closed", reason=why)
+            self._transport.close()
+
+
+def guarded_protocol(
+    settings: Callable[[], ServerConfig], max_waiting: int
+) -> type[asyncio.Protocol]:
+    """The protocol class to give uvicorn (`http=`), one per server.
+
+    `settings` gives the `server` config in force, read as each connection opens (a reload
+    applies from the next one); `max_waiting` bounds the connections waiting for a head.
+    """
+
+    class GuardedHttpTools(ConnectionGuard):
+        pass
+
+    GuardedHttpTools.waiting = WaitingConnections(settings, max_waiting)
+    return GuardedHttpTools

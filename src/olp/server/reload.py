@@ -56,7 +56,15 @@ log = event_logger("olp.server")
 # Every other field of these sections waits for a restart, a field added later too until
 # someone moves it here.
 LIVE_FIELDS: Mapping[str, frozenset[str]] = {
-    "server": frozenset({"max_body_bytes", "heartbeat_interval_ms", "body_timeout_s"}),
+    "server": frozenset(
+        {
+            "max_body_bytes",
+            "heartbeat_interval_ms",
+            "body_timeout_s",
+            "max_header_bytes",
+            "header_timeout_s",
+        }
+    ),
     "cache": RELOADABLE,
     "ledger": frozenset({"enabled", "retention_days"}),
 }

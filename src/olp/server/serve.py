@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import resource
 from typing import Any
 
 import uvicorn
 
 from olp.config import Config
 from olp.server.app import OLPApp
-from olp.server.protocol import CoalescingHttpToolsProtocol
+from olp.server.protocol import guarded_protocol
 
 __all__ = ["uvicorn_config"]
 
@@ -20,7 +21,8 @@ def uvicorn_config(app: OLPApp, config: Config, **overrides: Any) -> uvicorn.Con
         "host": config.server.host,
         "port": config.server.port,
         "loop": "uvloop",
-        "http": CoalescingHttpToolsProtocol,
+        # uvicorn's httptools protocol behind OLP's connection limits (server.protocol).
+        "http": guarded_protocol(lambda: app.ctx.config.server, _max_waiting_connections()),
         "ws": "none",
         "lifespan": "on",
         # OLP sees the real peer: owner endpoints are loopback-only by default, and a
@@ -33,3 +35,12 @@ def uvicorn_config(app: OLPApp, config: Config, **overrides: Any) -> uvicorn.Con
     }
     options.update(overrides)
     return uvicorn.Config(app, **options)
+
+
+def _max_waiting_connections() -> int:
+    """Half the file descriptors this process may open: the other half stays for the
+    requests being served, their upstreams and OLP's own files."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        return 1 << 20
+    return max(16, soft // 2)

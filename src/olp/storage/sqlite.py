@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from olp.errors import OLPError
+from olp.storage.private import private_file
 
 __all__ = ["DatabaseError", "Migration", "explain", "open_database"]
 
@@ -37,11 +38,11 @@ def open_database(
     busy_timeout_ms: int = 5000,
     check_same_thread: bool = True,
 ) -> sqlite3.Connection:
-    """Open (creating if needed) and migrate; raise DatabaseError naming the problem."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Open (creating if needed, 0600) and migrate; raise DatabaseError naming the problem."""
     try:
+        private_file(path)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=check_same_thread)
-    except sqlite3.Error as exc:
+    except (sqlite3.Error, OSError) as exc:
         raise DatabaseError(f"cannot open {path}: {exc}") from exc
     try:
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
