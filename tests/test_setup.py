@@ -519,3 +519,30 @@ def test_sdk_base_url_variables_are_followed(machine: Machine_) -> None:
     providers = machine.load(env).providers
     assert providers["openai"].base_url == "http://127.0.0.1:9/v1"
     assert providers["anthropic"].base_url == "https://api.anthropic.com"
+
+
+def test_a_second_login_of_a_cli_becomes_a_pool_member(tmp_path: Path) -> None:
+    from olp.cli.setup_detect import detect_machine
+
+    bin_dir, home, accounts = tmp_path / "bin", tmp_path / "home", tmp_path / "accounts"
+    bin_dir.mkdir()
+    claude = bin_dir / "claude"
+    claude.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
+    claude.chmod(0o755)
+    for login in (home, accounts / "partner"):
+        (login / ".claude").mkdir(parents=True)
+        (login / ".claude" / ".credentials.json").write_text("{}")
+    (accounts / "empty").mkdir()  # no login in it: not an account
+    env = {"PATH": str(bin_dir), "HOME": str(home)}
+    lines: list[str] = []
+    machine = detect_machine(env, KNOWN, lines.append, probe_local=False, accounts_dir=accounts)
+    assert [(a.cli.type, a.name) for a in machine.accounts] == [("claude-cli", "partner")]
+    assert any("a second claude login" in line for line in lines)
+    plan = default_plan(machine, KNOWN, REGISTRY)
+    partner = plan.config["providers"]["claude-partner"]
+    assert partner["credentials_home"] == str(accounts / "partner")
+    assert partner["type"] == "claude-cli"
+    pooled = [hop for hops in plan.chains.values() for hop in hops if "pool" in hop]
+    assert pooled and all(hop["pool"] == ["claude", "claude-partner"] for hop in pooled)
+    config = loads(plan.config, tmp_path)  # a valid config.json, as olp start loads it
+    assert config.providers["claude-partner"].user_home == accounts / "partner"

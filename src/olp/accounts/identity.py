@@ -45,6 +45,8 @@ class Identity:
     allowed_providers: tuple[str, ...] | None = None
     limits: KeyLimits = KeyLimits()
     expires_at: float | None = None  # unix time from which the key no longer works
+    # (provider, fraction 0..1): the part of that provider's usage window the key may use.
+    shares: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_owner(self) -> bool:

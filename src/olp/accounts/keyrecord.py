@@ -26,8 +26,10 @@ __all__ = [
     "check_limits",
     "check_name",
     "check_patterns",
+    "check_shares",
     "check_tier",
     "dump_patterns",
+    "dump_shares",
     "load_patterns",
     "record_from_row",
 ]
@@ -35,6 +37,8 @@ __all__ = [
 KeyTier = Literal["owner", "member"]
 # None: everything is allowed; else glob patterns (fnmatch, case-sensitive).
 Patterns = tuple[str, ...] | None
+# (provider, fraction): the part of a provider's usage window a key may use.
+Shares = tuple[tuple[str, float], ...]
 
 NO_LIMITS = KeyLimits()
 # Far beyond any real limit, and within SQLite's 64-bit integers.
@@ -42,7 +46,7 @@ MAX_COUNT_LIMIT = 10**15
 # The order `record_from_row` reads.
 RECORD_COLUMNS = (
     "id, name, tier, created, last_used, revoked_at, allowed_models, allowed_providers, "
-    "rpm, rpd, tpd, usd_month, concurrent, expires_at, rp7d, rp30d"
+    "rpm, rpd, tpd, usd_month, concurrent, expires_at, rp7d, rp30d, shares"
 )
 # 9999-12-31: the last time `time.gmtime` and SQLite's date functions both handle.
 _LAST_EXPIRY = 253_402_300_800.0
@@ -65,6 +69,7 @@ class KeyRecord:
     allowed_providers: Patterns = None
     limits: KeyLimits = NO_LIMITS
     expires_at: float | None = None  # None: never
+    shares: Shares = ()
 
     @property
     def revoked(self) -> bool:
@@ -82,6 +87,7 @@ class KeyRecord:
             allowed_providers=self.allowed_providers,
             limits=self.limits,
             expires_at=self.expires_at,
+            shares=self.shares,
         )
 
     def public(self) -> dict[str, object]:
@@ -105,6 +111,7 @@ class KeyRecord:
                 "usd_month": self.limits.usd_month,
                 "concurrent": self.limits.concurrent,
             },
+            "shares": dict(self.shares),
         }
 
 
@@ -167,6 +174,37 @@ def check_limits(limits: KeyLimits) -> KeyLimits:
     return limits
 
 
+def check_shares(shares: Iterable[tuple[str, float]]) -> Shares:
+    """Each share a provider name and a fraction in (0, 1]; a provider named once."""
+    checked: dict[str, float] = {}
+    for provider, fraction in shares:
+        if not _PATTERN.match(provider) or any(c in provider for c in "*?["):
+            raise InvalidRequest(f"share: {provider!r} is not a provider name", param="share")
+        if isinstance(fraction, bool) or not (math.isfinite(fraction) and 0 < fraction <= 1):
+            raise InvalidRequest(
+                f"share: {provider}'s share must be above 0 and at most 1 (or 100%)",
+                param="share",
+            )
+        checked[provider] = float(fraction)
+    return tuple(sorted(checked.items()))
+
+
+def dump_shares(shares: Shares) -> str | None:
+    return orjson.dumps(dict(shares)).decode() if shares else None
+
+
+def _load_shares(text: str | None) -> Shares:
+    if text is None:
+        return ()
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return ()
+    if not isinstance(value, dict):
+        return ()
+    return tuple(sorted((str(k), float(v)) for k, v in value.items() if isinstance(v, int | float)))
+
+
 def check_expiry(expires_at: float | None, now: float) -> float | None:
     """A key's expiry: None (never) or a unix time still to come."""
     if expires_at is None:
@@ -215,6 +253,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
         expires_at,
         rp7d,
         rp30d,
+        shares,
     ) = row
     return KeyRecord(
         id=str(key_id),
@@ -235,6 +274,7 @@ def record_from_row(row: Sequence[object]) -> KeyRecord:
             concurrent=_int(concurrent),
         ),
         expires_at=_float(expires_at),
+        shares=_load_shares(_text(shares)),
     )
 
 

@@ -34,12 +34,15 @@ from olp.accounts.keyrecord import (
     RECORD_COLUMNS,
     KeyRecord,
     Patterns,
+    Shares,
     check_expiry,
     check_limits,
     check_name,
     check_patterns,
+    check_shares,
     check_tier,
     dump_patterns,
+    dump_shares,
     record_from_row,
 )
 from olp.accounts.owner_key import generate_key, hash_key
@@ -92,6 +95,7 @@ MIGRATIONS = (
         ALTER TABLE keys ADD COLUMN rp30d INTEGER
         """,
     ),
+    Migration(4, "ALTER TABLE keys ADD COLUMN shares TEXT"),
 )
 
 _ID_ALPHABET = string.ascii_lowercase + string.digits
@@ -202,8 +206,10 @@ class KeyStore:
         allowed_providers: Patterns = None,
         limits: KeyLimits = NO_LIMITS,
         expires_at: float | None = None,
+        shares: Shares = (),
     ) -> NewKey:
         name = check_name(name)
+        shares = check_shares(shares)
         check_expiry(expires_at, self._clock())
         tier_ = check_tier(tier)
         models = dump_patterns(check_patterns("models", allowed_models))
@@ -215,7 +221,7 @@ class KeyStore:
             key_id = self._new_id()
             self._conn.execute(
                 f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     hash_key(secret),
                     key_id,
@@ -232,6 +238,7 @@ class KeyStore:
                     expires_at,
                     limits.rp7d,
                     limits.rp30d,
+                    dump_shares(shares),
                 ),
             )
             row = self._find(key_id)
@@ -266,7 +273,7 @@ class KeyStore:
             key_id = self._new_id()
             self._conn.execute(
                 f"INSERT INTO keys (secret_sha256, {RECORD_COLUMNS}) "
-                "VALUES (?, ?, ?, ?, ?, NULL, ?, NULL, NULL, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, NULL, ?, NULL, NULL, ?, ?, ?, ?, ?, NULL, ?, ?, NULL)",
                 (
                     secret_sha256,
                     key_id,
@@ -328,9 +335,10 @@ class KeyStore:
         allowed_models: Patterns | Keep = KEEP,
         allowed_providers: Patterns | Keep = KEEP,
         expires_at: float | Keep | None = KEEP,
+        shares: Mapping[str, float | None] | None = None,
     ) -> KeyRecord:
         """Change only the settings given; None removes a limit, an allow-list or the
-        expiry."""
+        expiry. `shares`: provider -> new share, None to remove that provider's share."""
         limits = {
             "rpm": rpm,
             "rpd": rpd,
@@ -347,6 +355,8 @@ class KeyStore:
             record = self._active(ref)
             if "name" in changes and changes["name"] != record.name:
                 self._require_free_name(str(changes["name"]))
+            if shares:
+                changes["shares"] = dump_shares(_changed_shares(record.shares, shares))
             if changes:
                 assignments = ", ".join(f"{column} = ?" for column in changes)
                 self._conn.execute(
@@ -454,6 +464,16 @@ def _changes(
     if allowed_providers is not KEEP:
         changes["allowed_providers"] = dump_patterns(check_patterns("providers", allowed_providers))
     return changes
+
+
+def _changed_shares(current: Shares, changes: Mapping[str, float | None]) -> Shares:
+    merged = dict(current)
+    for provider, share in changes.items():
+        if share is None:
+            merged.pop(provider, None)
+        else:
+            merged[provider] = share
+    return check_shares(merged.items())
 
 
 def _private(path: Path) -> None:

@@ -31,11 +31,13 @@ __all__ = [
     "limit_seeds",
     "parse_since",
     "read_limit_seeds",
+    "read_window_rows",
     "recent_errors",
     "recent_fallbacks",
     "total",
     "usage_by",
     "usage_report",
+    "window_rows",
 ]
 
 GroupBy = Literal["key", "provider", "model", "day"]
@@ -241,6 +243,35 @@ def limit_seeds(conn: sqlite3.Connection, now: float) -> list[UsageSeed]:
         )
         for key, requests, tokens, usd in totals
     ] + [UsageSeed(key_id=key, earlier_days=tuple(days)) for key, days in earlier.items()]
+
+
+WindowRow = tuple[str, str, int | None, float]  # provider, key id, tokens, time
+
+
+def window_rows(conn: sqlite3.Connection, since: float, now: float) -> list[WindowRow]:
+    """(provider, key id, tokens, time) of each answer a provider gave itself since
+    `since`, oldest first: what `WindowUse.seed()` takes at start."""
+    rows = _query(
+        conn,
+        """SELECT provider, key_id, prompt_tokens + completion_tokens, ts FROM ledger_requests
+           WHERE ts >= :since AND ts <= :now AND provider IS NOT NULL AND provider != 'none'
+             AND status < 400 AND cache != 'hit' ORDER BY ts""",
+        {"since": since, "now": now},
+    )
+    return [(str(p), str(k), int(t) if t else None, float(ts)) for p, k, t, ts in rows]
+
+
+def read_window_rows(
+    path: Path, since: float, now: float
+) -> list[tuple[str, str, int | None, float]]:
+    """`window_rows` from the ledger file at `path` (none if there is no ledger yet)."""
+    if not path.exists():
+        return []
+    conn = connect_reader(path)
+    try:
+        return window_rows(conn, since, now)
+    finally:
+        conn.close()
 
 
 def read_limit_seeds(path: Path, now: float) -> list[UsageSeed]:

@@ -23,6 +23,7 @@ __all__ = [
     "ExpiryArg",
     "LimitArg",
     "LimitChanges",
+    "ShareArg",
     "changed_expiry",
     "changed_limits",
     "new_expiry",
@@ -126,11 +127,52 @@ def _unix_time(text: str) -> float:
 
 _EXPIRY = _ExpiryType()
 
+ShareArg = tuple[str, float | None]  # (provider, share); None: remove that share
+
+
+class _ShareType(click.ParamType[ShareArg]):
+    """`claude-me=0.25` or `claude-me=25%`: the part of that provider's usage window the
+    key may use; `claude-me=none` removes it."""
+
+    name = "PROVIDER=SHARE"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> ShareArg:
+        if isinstance(value, tuple):
+            return value
+        provider, sep, amount = str(value).partition("=")
+        provider, amount = provider.strip(), amount.strip().lower()
+        if not sep or not provider:
+            self.fail(f"{value!r}: give PROVIDER=SHARE, e.g. claude-me=0.25 or claude-me=25%")
+        if amount in ("none", "off"):
+            return provider, None
+        try:
+            share = float(amount[:-1]) / 100 if amount.endswith("%") else float(amount)
+        except ValueError:
+            self.fail(f"{value!r}: the share is a fraction (0.25), a percentage (25%) or none")
+        if not 0 < share <= 1:
+            self.fail(f"{value!r}: a share is above 0 and at most 1 (100%)")
+        return provider, share
+
+
+_SHARE = _ShareType()
+
 _PATTERN_HELP = "comma-separated or repeated; globs allowed (gpt-*); '*' = all"
 
 
 def setting_options(f: Any) -> Any:
-    """--models, --providers, one option per limit (see `KeyLimits`), and --expires."""
+    """--models, --providers, one option per limit (see `KeyLimits`), --share and
+    --expires."""
+    f = click.option(
+        "--share",
+        "shares",
+        type=_SHARE,
+        multiple=True,
+        help="Part of a provider's usage window the key may use: claude-me=0.25 (or 25%); "
+        "past it the key's requests step over that provider until the window resets; "
+        "claude-me=none removes it. Repeat for several providers.",
+    )(f)
     f = click.option(
         "--expires",
         type=_EXPIRY,

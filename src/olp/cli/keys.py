@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import click
 import orjson
@@ -18,10 +19,14 @@ import orjson
 from olp.accounts.identity import KeyLimits
 from olp.accounts.keyrecord import KeyRecord, Patterns
 from olp.accounts.keystore import KEEP, KeyStore, NewKey, keys_db_path
+from olp.accounts.ledger_rows import LEDGER_FILE
+from olp.accounts.shares import WINDOW_S, WindowUse
+from olp.accounts.usage_query import read_window_rows
 from olp.cli.common import client_base_url, fail
 from olp.cli.key_options import (
     ExpiryArg,
     LimitArg,
+    ShareArg,
     changed_expiry,
     changed_limits,
     new_expiry,
@@ -30,6 +35,8 @@ from olp.cli.key_options import (
 )
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
+from olp.quota import Cooldowns, QuotaBook, QuotaStore
+from olp.server.share_gate import shares_json
 
 __all__ = ["keys_group"]
 
@@ -69,6 +76,7 @@ def create(
     models: tuple[str, ...],
     providers: tuple[str, ...],
     expires: ExpiryArg,
+    shares: tuple[ShareArg, ...],
     as_json: bool,
     **limit_args: LimitArg,
 ) -> None:
@@ -81,6 +89,7 @@ def create(
       olp keys create --name laptop --tier owner
       olp keys create --name kid --rpd 200 --concurrent 2
       olp keys create --name guest --expires 7d
+      olp keys create --name kid --share claude-me=0.25
     """
     with _store() as store:
         new = store.create(
@@ -90,6 +99,7 @@ def create(
             allowed_providers=_patterns(providers),
             limits=new_limits(limit_args),
             expires_at=new_expiry(expires),
+            shares=tuple((p, s) for p, s in shares if s is not None),
         )
     if as_json:
         r = new.record
@@ -102,19 +112,23 @@ def create(
 @click.option("--active", is_flag=True, help="Hide revoked keys.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
 def list_keys(active: bool, as_json: bool) -> None:
-    """List keys with their tier, limits, allow-lists and last use (never the secret).
+    """List keys with their tier, limits, allow-lists, shares and last use (never the
+    secret).
 
-    Last use is written by the running server about every 30 s, so it may lag that much.
+    A share shows how much of the provider's current window the key has used, from the
+    ledger and the quota state the server saved (docs/keys.md). Last use is written by
+    the running server about every 30 s, so it may lag that much.
     """
     with _store() as store:
         records = store.list_keys(include_revoked=not active)
+    shares = _share_view(records)
     if as_json:
-        payload = {"keys": [r.public() for r in records]}
+        payload = {"keys": [{**r.public(), "shares": shares(r)} for r in records]}
         click.echo(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode())
     elif not records:
         click.echo("No keys yet. Create one: olp keys create --name NAME")
     else:
-        click.echo(_table(records))
+        click.echo(_table(records, shares))
 
 
 @keys_group.command("revoke")
@@ -157,6 +171,7 @@ def set_(
     models: tuple[str, ...],
     providers: tuple[str, ...],
     expires: ExpiryArg,
+    shares: tuple[ShareArg, ...],
     new_name: str | None,
     **limit_args: LimitArg,
 ) -> None:
@@ -169,8 +184,9 @@ def set_(
       olp keys set alice --models '*'          allow every model again
       olp keys set key_ab12cd34 --name bob
       olp keys set guest --expires 2027-01-31  works through that day (UTC)
+      olp keys set kid --share claude-me=25%   a quarter of claude-me's window
     """
-    given = [v for v in (*limit_args.values(), expires, new_name) if v is not None]
+    given = [v for v in (*limit_args.values(), expires, new_name, *shares) if v is not None]
     if not models and not providers and not given:
         raise click.UsageError("nothing to change: give at least one option (see --help)")
     with _store() as store:
@@ -181,6 +197,7 @@ def set_(
             allowed_models=_patterns(models) if models else KEEP,
             allowed_providers=_patterns(providers) if providers else KEEP,
             expires_at=changed_expiry(expires),
+            shares=dict(shares),
         )
     click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
     if limit_args["usd_month"] is not None:
@@ -254,9 +271,11 @@ def _base_url() -> str:
 
 
 def _settings(record: KeyRecord) -> str:
+    shares = ", ".join(f"{p} {s:.0%}" for p, s in record.shares) or "none"
     return (
         f"limits {_limits(record.limits)}; models {_list(record.allowed_models)}; "
-        f"providers {_list(record.allowed_providers)}; expires {_when(record.expires_at)}"
+        f"providers {_list(record.allowed_providers)}; shares {shares}; "
+        f"expires {_when(record.expires_at)}"
     )
 
 
@@ -277,6 +296,14 @@ def _limits(limits: KeyLimits) -> str:
     return ", ".join(parts) if parts else "none"
 
 
+def _shares_text(shares: list[dict[str, Any]]) -> str:
+    parts = []
+    for s in shares:
+        used = "" if s["used"] is None else f"{s['used']:.0%} of "
+        parts.append(f"{s['provider']} {used}{s['share']:.0%}")
+    return ", ".join(parts) or "-"
+
+
 def _list(patterns: Patterns) -> str:
     return "*" if patterns is None else ",".join(patterns)
 
@@ -291,7 +318,29 @@ def _status(record: KeyRecord, now: float) -> str:
     return "expired" if record.expired(now) else "active"
 
 
-def _table(records: list[KeyRecord]) -> str:
+ShareView = Callable[[KeyRecord], list[dict[str, Any]]]
+
+
+def _share_view(records: list[KeyRecord]) -> ShareView:
+    """Each key's shares with the part of the window it used, as the server would show
+    them, from the ledger's last five hours and the quota state the server last saved."""
+    if not any(r.shares for r in records):
+        return lambda record: []
+    home = olp_home(os.environ)
+    now = time.time()
+    book = QuotaBook(Cooldowns(), {}, lambda _: None)
+    if (home / "quota.db").exists():
+        store = QuotaStore(home / "quota.db")
+        try:
+            book.load(store.load()[0])
+        finally:
+            store.close()
+    use = WindowUse()
+    use.seed(read_window_rows(home / LEDGER_FILE, now - WINDOW_S, now))
+    return lambda record: shares_json(record.identity(), book, use, now)
+
+
+def _table(records: list[KeyRecord], shares: ShareView) -> str:
     now = time.time()
     header = (
         "ID",
@@ -301,6 +350,7 @@ def _table(records: list[KeyRecord]) -> str:
         "LIMITS",
         "MODELS",
         "PROVIDERS",
+        "SHARES",
         "EXPIRES",
         "LAST USED",
         "CREATED",
@@ -314,6 +364,7 @@ def _table(records: list[KeyRecord]) -> str:
             _limits(r.limits),
             _list(r.allowed_models),
             _list(r.allowed_providers),
+            _shares_text(shares(r)),
             _when(r.expires_at),
             _when(r.last_used),
             _when(r.created),

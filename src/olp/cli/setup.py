@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -89,7 +90,9 @@ def setup(yes: bool, force: bool, home: Path | None, port: int, no_local: bool) 
     click.echo("Looking at this machine:")
     registry = load_registry()
     known = known_providers(_plugins(), registry)
-    machine = detect_machine(env, known, _progress, probe_local=not no_local)
+    machine = detect_machine(
+        env, known, _progress, probe_local=not no_local, accounts_dir=home / "accounts"
+    )
     if yes:
         plan = default_plan(machine, known, registry, port=port)
     else:
@@ -191,8 +194,14 @@ def _pick(text: str, names: list[str]) -> set[str]:
     return words
 
 
-def _hops(hops: list[dict[str, str]]) -> str:
-    return " → ".join(f"{h['provider']}/{h['model']}" for h in hops)
+def _hops(hops: list[dict[str, Any]]) -> str:
+    return " → ".join(_hop_text(h) for h in hops)
+
+
+def _hop_text(hop: dict[str, Any]) -> str:
+    if "pool" in hop:
+        return f"pool({', '.join(hop['pool'])})/{hop['model']}"
+    return f"{hop['provider']}/{hop['model']}"
 
 
 def _show(plan: Plan) -> None:

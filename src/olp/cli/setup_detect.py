@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from olp.cli.setup_plan import FoundCli, FoundServer, Login, Machine
+from olp.cli.setup_plan import FoundAccount, FoundCli, FoundServer, Login, Machine
 from olp.registry.known import Known, KnownCli
 
 __all__ = [
@@ -46,11 +46,17 @@ _MAX_BODY = 2_000_000
 
 
 def detect_machine(
-    env: Mapping[str, str], known: Known, progress: Progress, *, probe_local: bool = True
+    env: Mapping[str, str],
+    known: Known,
+    progress: Progress,
+    *,
+    probe_local: bool = True,
+    accounts_dir: Path | None = None,
 ) -> Machine:
     clis = tuple(
         cli for ptype, facts in known.clis if (cli := _detect_cli(ptype, facts, env, progress))
     )
+    accounts = _detect_accounts(accounts_dir, clis, progress) if accounts_dir else ()
     keys = tuple(api.key_env for _, api in known.apis if env.get(api.key_env))
     progress("checking API key variables… " + (f"set: {', '.join(keys)}" if keys else "none set"))
     base_urls = _api_base_urls(env, known, keys, progress)
@@ -66,7 +72,27 @@ def detect_machine(
                 servers.append(found)
     else:
         progress("local servers: not checked (--no-local)")
-    return Machine(clis=clis, api_keys=keys, servers=tuple(servers), base_urls=base_urls)
+    return Machine(
+        clis=clis, api_keys=keys, servers=tuple(servers), base_urls=base_urls, accounts=accounts
+    )
+
+
+def _detect_accounts(
+    accounts_dir: Path, clis: tuple[FoundCli, ...], progress: Progress
+) -> tuple[FoundAccount, ...]:
+    """More logins of the CLIs found: `<accounts_dir>/<name>/` holding one of a CLI's
+    credential files (log one in with `HOME=<that folder> claude`, docs/fallback.md)."""
+    try:
+        folders = sorted(p for p in accounts_dir.iterdir() if p.is_dir())
+    except OSError:
+        return ()
+    found = []
+    for folder in folders:
+        for cli in clis:
+            if any((folder / rel).is_file() for rel in cli.facts.credential_files):
+                progress(f"checking {folder}… a second {cli.facts.command} login")
+                found.append(FoundAccount(cli, folder.name, str(folder)))
+    return tuple(found)
 
 
 def _api_base_urls(

@@ -9,7 +9,7 @@ serves and defaults to comes from its plugin (`Known`, `olp.registry.known`).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from olp.registry import Registry
@@ -80,6 +80,15 @@ class FoundCli:
 
 
 @dataclass(frozen=True, slots=True)
+class FoundAccount:
+    """A second login of a CLI found: `$OLP_HOME/accounts/<name>/` holds its credentials."""
+
+    cli: FoundCli  # the CLI it is a login of
+    name: str  # the account folder's name
+    home: str  # that folder: the provider's `credentials_home`
+
+
+@dataclass(frozen=True, slots=True)
 class FoundServer:
     """An OpenAI-compatible server answering on this machine."""
 
@@ -94,6 +103,7 @@ class Machine:
     clis: tuple[FoundCli, ...] = ()
     api_keys: tuple[str, ...] = ()  # names of the API-key variables that are set
     servers: tuple[FoundServer, ...] = ()
+    accounts: tuple[FoundAccount, ...] = ()
     # API name -> the base URL its SDK variable (OPENAI_BASE_URL, …) points at, where set.
     base_urls: Mapping[str, str] = field(default_factory=dict)
 
@@ -109,6 +119,8 @@ class Candidate:
     summary: str  # one line for people
     entry: Mapping[str, Any]  # providers.<name> in config.json (without `consent`)
     default_model: str | None  # its hop in the `default` chain; None: no model known
+    # Another login of that provider's CLI: its hops become a pool with that provider's.
+    pool_of: str | None = None
 
     @property
     def default_on(self) -> bool:
@@ -124,7 +136,7 @@ class Candidate:
 class Plan:
     config: dict[str, Any]
     providers: tuple[Candidate, ...]
-    chains: dict[str, list[dict[str, str]]]
+    chains: dict[str, list[dict[str, Any]]]
     # What was left out and why, and what to do when nothing was found.
     notes: tuple[str, ...] = field(default=())
 
@@ -135,6 +147,7 @@ def candidates(
     """Every provider setup could add, in chain order, and notes on what it left out."""
     notes: list[str] = []
     found = [c for cli in machine.clis if (c := _cli_candidate(cli, known, registry, notes))]
+    found += [_account_candidate(a, found) for a in machine.accounts if _has_cli(a, found)]
     found += _api_candidates(machine, known, registry)
     found += _server_candidates(machine, known, registry, notes)
     for c in found:
@@ -164,6 +177,22 @@ def _cli_candidate(
         summary=f"{facts.product} through `{facts.command}`, {login}{source}",
         entry=entry,
         default_model=facts.default_model,
+    )
+
+
+def _has_cli(account: FoundAccount, found: Sequence[Candidate]) -> bool:
+    return any(c.name == account.cli.facts.name for c in found)
+
+
+def _account_candidate(account: FoundAccount, found: Sequence[Candidate]) -> Candidate:
+    """A second login of a CLI that is a candidate itself: the same entry, its own home."""
+    base = next(c for c in found if c.name == account.cli.facts.name)
+    return replace(
+        base,
+        name=f"{base.name}-{account.name}",
+        summary=f"{account.cli.facts.product}, second login in {account.home}",
+        entry={**base.entry, "credentials_home": account.home},
+        pool_of=base.name,
     )
 
 
@@ -236,10 +265,13 @@ def _tier(registry: Registry, ptype: str) -> str:
     return info.risk_tier if info else "?"
 
 
-def plan_chains(providers: Sequence[Candidate]) -> dict[str, list[dict[str, str]]]:
-    """Default chains over the chosen providers: one per model family, `local`, `default`."""
+def plan_chains(providers: Sequence[Candidate]) -> dict[str, list[dict[str, Any]]]:
+    """Default chains over the chosen providers: one per model family, `local`, `default`.
+    A CLI with more logins (`$OLP_HOME/accounts/`) gets a pool hop of all of them."""
+    accounts = [c for c in providers if c.pool_of is not None]
+    providers = [c for c in providers if c.pool_of is None]
     names = {c.name for c in providers}
-    chains: dict[str, list[dict[str, str]]] = {}
+    chains: dict[str, list[dict[str, Any]]] = {}
     for family, hops in FAMILIES:
         kept = [{"provider": p, "model": m} for p, m in hops if p in names]
         if kept:
@@ -251,7 +283,15 @@ def plan_chains(providers: Sequence[Candidate]) -> dict[str, list[dict[str, str]
     default = [_hop(c) for c in ordered if c.default_model]
     if default:
         chains["default"] = default
-    return chains
+    return {name: [_pooled(hop, accounts) for hop in hops] for name, hops in chains.items()}
+
+
+def _pooled(hop: dict[str, Any], accounts: Sequence[Candidate]) -> dict[str, Any]:
+    """The hop as a pool of its provider and that CLI's other logins, if it has any."""
+    others = [c.name for c in accounts if c.pool_of == hop["provider"]]
+    if not others:
+        return hop
+    return {"pool": [hop["provider"], *others], "model": hop["model"]}
 
 
 def _hop(c: Candidate) -> dict[str, str]:
@@ -261,7 +301,7 @@ def _hop(c: Candidate) -> dict[str, str]:
 
 def build_config(
     providers: Sequence[Candidate],
-    chains: Mapping[str, Sequence[Mapping[str, str]]],
+    chains: Mapping[str, Sequence[Mapping[str, Any]]],
     *,
     port: int = DEFAULT_PORT,
     host: str = DEFAULT_HOST,

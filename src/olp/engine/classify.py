@@ -29,6 +29,8 @@ _TABLE: dict[Failure, Decision] = {
     Failure.CLI_NOT_FOUND: Decision(fallback=True, cooldown="none"),
     Failure.CONCURRENCY_LIMIT: Decision(fallback=True, cooldown="none"),
     Failure.SOFT_TRIGGER: Decision(fallback=True, cooldown="none"),
+    # The key used its share of the provider's window; others may still use it.
+    Failure.SHARE_SPENT: Decision(fallback=True, cooldown="none"),
     Failure.COOLDOWN: Decision(fallback=True, cooldown="none"),
     # The owner must fix credentials; hiding it behind the next hop would hide the problem.
     Failure.AUTH_FAILED: Decision(fallback=False, cooldown="none"),
@@ -37,10 +39,16 @@ _TABLE: dict[Failure, Decision] = {
 }
 
 # Skipped before any request was made.
-SKIPS = frozenset({Failure.SOFT_TRIGGER, Failure.COOLDOWN})
+SKIPS = frozenset({Failure.SOFT_TRIGGER, Failure.SHARE_SPENT, Failure.COOLDOWN})
 # Failures that make an exhausted chain a 429 rather than a 503 when they are all there was.
 RATE_OR_QUOTA = frozenset(
-    {Failure.RATE_LIMITED, Failure.QUOTA_EXHAUSTED, Failure.SOFT_TRIGGER, Failure.COOLDOWN}
+    {
+        Failure.RATE_LIMITED,
+        Failure.QUOTA_EXHAUSTED,
+        Failure.SOFT_TRIGGER,
+        Failure.SHARE_SPENT,
+        Failure.COOLDOWN,
+    }
 )
 
 

@@ -149,16 +149,23 @@ class FallbackEngine:
         self.listeners = list(listeners)
 
     async def open(
-        self, chain: Chain, request: ChatRequest, request_id: str, cache: CacheScope | None = None
+        self,
+        chain: Chain,
+        request: ChatRequest,
+        request_id: str,
+        cache: CacheScope | None = None,
+        gate: HopGate | None = None,
     ) -> Served:
-        """Commit to the first hop that produces content; raise ChainFailed if none does."""
+        """Commit to the first hop that produces content; raise ChainFailed if none does.
+
+        `gate`: this request's own gate, after the engine's (a key's spent share)."""
         failures: list[HopFailure] = []
         if self.arrange is not None:
             chain = self.arrange(chain)
         for hop in chain.hops:
             source = await find_cached(hop, cache)
             if source is None:
-                skip = self._gate(hop)
+                skip = self._gate(hop) or (gate(hop) if gate is not None else None)
                 if skip is not None:
                     self._record(request_id, chain, hop, skip, "skip", 0.0, failures)
                     continue
@@ -362,6 +369,8 @@ class FallbackEngine:
         codes = {f.error.failure for f in failures}
         status = 429 if codes <= RATE_OR_QUOTA else 503
         code = "no_provider_available" if codes <= SKIPS else "all_providers_failed"
+        if codes <= SKIPS and Failure.SHARE_SPENT in codes:
+            code = "key_limit_exceeded"  # the key's own share, not the providers, ran out
         return ChainFailed(
             tuple(failures),
             failures[0].error,

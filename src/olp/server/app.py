@@ -18,7 +18,8 @@ from olp.accounts.ledger import Ledger
 from olp.accounts.ledger_rows import LEDGER_FILE
 from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
-from olp.accounts.usage_query import read_limit_seeds
+from olp.accounts.shares import WINDOW_S
+from olp.accounts.usage_query import read_limit_seeds, read_window_rows
 from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import FallbackEngine, PoolScheduler, Router
@@ -38,7 +39,7 @@ from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
 from olp.server.meta import header_value
 from olp.server.metrics_api import metrics_endpoint
-from olp.server.observers import limit_usage, record_usage
+from olp.server.observers import limit_usage, record_usage, window_usage
 from olp.server.quota_api import quota_status
 from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
@@ -135,7 +136,10 @@ def _wire_observers(ctx: AppContext, clock: Clock) -> None:
     """Who hears about each finished request and each hop: limits, ledger, metrics."""
     config, engine = ctx.config, ctx.engine
     # Limits hold across restarts: today's and this month's usage per key, from the ledger.
-    ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, clock()))
+    now = clock()
+    ctx.limits.seed(read_limit_seeds(config.home / LEDGER_FILE, now))
+    ctx.window_use.seed(read_window_rows(config.home / LEDGER_FILE, now - WINDOW_S, now))
+    ctx.observers.append(window_usage(ctx.window_use))
     record_usage(ctx, config.ledger.enabled)  # `"enabled": false`: no usage rows at all
     ctx.observers.append(limit_usage(ctx.limits, ctx))
     engine.listeners.append(ctx.metrics.on_attempt)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from olp.accounts import Identity
 from olp.cache import CacheHop, ResponseCache, cache_policy
-from olp.engine import CacheScope, Chain, FallbackEngine, Served
+from olp.engine import CacheScope, Chain, FallbackEngine, HopGate, Served
 from olp.errors import ChainFailed, OLPError, ShuttingDown, UnsupportedMediaType
 from olp.ir import ChatRequest, ChatResponse, Event, Finish, ResponseBuilder, Usage
 from olp.observability import event_logger
@@ -18,6 +18,7 @@ from olp.server.context import AppContext
 from olp.server.meta import ResponseMeta
 from olp.server.outcome import RequestOutcome
 from olp.server.parse_memo import LastHit, ParsedBody
+from olp.server.share_gate import share_gate
 from olp.wire.openai_chat import ChunkEncoder, completion_body, error_body, parse_chat_request
 
 __all__ = ["chat_completions"]
@@ -280,7 +281,7 @@ def _uncancel() -> None:
 async def _complete(
     ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
 ) -> None:
-    served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope)
+    served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
     await _send_complete(ex, served, request)
 
 
@@ -382,7 +383,7 @@ async def _open_with_heartbeat(
         interval, lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, interval)))
     )
     try:
-        return await engine.open(chain, request, ex.meta.request_id, scope)
+        return await engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
     finally:
         timer.cancel()
         for beat in beats:
@@ -396,6 +397,12 @@ async def _heartbeat(ex: _Exchange, interval: float) -> None:
     while True:
         await ex.frame(b": keepalive\n\n")
         await asyncio.sleep(interval)
+
+
+def _gate(ex: _Exchange) -> HopGate | None:
+    """This key's own gate on the chain's hops: its spent shares of providers' windows."""
+    ctx, identity = ex.ctx, ex.meta.identity
+    return None if identity is None else share_gate(identity, ctx.quota, ctx.window_use)
 
 
 def _note_served(ex: _Exchange, served: Served) -> None:

@@ -10,6 +10,7 @@ from olp.accounts import Authenticator, Identity, check_access, extract_token, u
 from olp.accounts.ledger import Ledger
 from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import Pricing
+from olp.accounts.shares import WindowUse
 from olp.cache import ResponseCache
 from olp.config import Config
 from olp.engine import AttemptListener, Chain, FallbackEngine, Hop, PoolScheduler, Router
@@ -69,6 +70,8 @@ class AppContext:
     ledger_hooks: tuple[AttemptListener, OutcomeObserver] | None = None
     # Per-key limits (requests/min, /day, tokens/day, USD/month), counted in memory.
     limits: LimitKeeper = field(default_factory=LimitKeeper)
+    # Who sent what to each provider in the last five hours: keys' shares of windows.
+    window_use: WindowUse = field(default_factory=WindowUse)
     # In-memory request metrics (fed by an outcome observer and an engine listener) and
     # the last provider health checks: what /metrics, status and the dashboard read.
     metrics: Metrics = field(default_factory=Metrics)

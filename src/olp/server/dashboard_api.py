@@ -17,7 +17,6 @@ import orjson
 
 from olp.accounts.keyrecord import KeyRecord
 from olp.accounts.keystore import KeyStore, keys_db_path
-from olp.accounts.limits import LimitKeeper
 from olp.accounts.spend_trend import spend_trend
 from olp.accounts.usage_query import connect_reader
 from olp.ir import Usage
@@ -25,6 +24,7 @@ from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.owner import require_owner
 from olp.server.quota_api import quota_payload
+from olp.server.share_gate import shares_json
 from olp.server.status_api import status_payload
 
 __all__ = ["SPEND_DAYS", "cache_panel", "dashboard_data", "key_rows"]
@@ -54,7 +54,7 @@ async def dashboard_data(ctx: AppContext, req: Request, send: Send) -> None:
         "traffic": ctx.metrics.traffic.report(now),
         "cache": cache_panel(ctx),
         "spend": spend,
-        "keys": key_rows([_OWNER, *records], ctx.limits),
+        "keys": key_rows([_OWNER, *records], ctx, now),
     }
     await send_bytes(send, 200, [_JSON], orjson.dumps(payload))
 
@@ -72,11 +72,12 @@ def _read(ledger: Path, keys: Path, now: float) -> tuple[dict[str, Any], list[Ke
         store.close()
 
 
-def key_rows(records: list[KeyRecord], limits: LimitKeeper) -> list[dict[str, Any]]:
-    """Each active key, its limits, its usage now, and the share of each limit it used."""
+def key_rows(records: list[KeyRecord], ctx: AppContext, now: float) -> list[dict[str, Any]]:
+    """Each active key, its limits, its usage now, the share of each limit it used, and how
+    much of each provider window it has a share of it used."""
     rows = []
     for record in records:
-        usage = limits.usage(record.id)
+        usage = ctx.limits.usage(record.id)
         lim = record.limits
         used = {
             "rpm": (usage.requests_last_minute, lim.rpm),
@@ -102,6 +103,7 @@ def key_rows(records: list[KeyRecord], limits: LimitKeeper) -> list[dict[str, An
                     name: (round(value / limit, 4) if limit else None)
                     for name, (value, limit) in used.items()
                 },
+                "shares": shares_json(record.identity(), ctx.quota, ctx.window_use, now),
             }
         )
     return rows

@@ -6,16 +6,19 @@ keeper only adds to counters.
 
 from __future__ import annotations
 
+import time
+
 from olp.accounts.ledger import Ledger
 from olp.accounts.ledger_rows import AttemptRecord, RequestRecord
 from olp.accounts.limits import LimitKeeper
 from olp.accounts.pricing import NO_COST, Cost, Pricing
+from olp.accounts.shares import WindowUse
 from olp.config import Config
 from olp.engine import Attempt, AttemptListener
 from olp.server.context import AppContext
 from olp.server.outcome import OutcomeObserver, RequestOutcome
 
-__all__ = ["ledger_attempts", "ledger_requests", "limit_usage", "record_usage"]
+__all__ = ["ledger_attempts", "ledger_requests", "limit_usage", "record_usage", "window_usage"]
 
 
 def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
@@ -129,5 +132,19 @@ def limit_usage(limits: LimitKeeper, ctx: AppContext) -> OutcomeObserver:
         limits.on_usage(
             outcome.identity.key_id, outcome.usage.total_tokens, cost.api_cost_usd or 0.0
         )
+
+    return observe
+
+
+def window_usage(use: WindowUse) -> OutcomeObserver:
+    """What each key sent each provider, for the keys' shares of its usage window."""
+
+    def observe(outcome: RequestOutcome) -> None:
+        if outcome.identity is None or outcome.provider == "none" or outcome.status >= 400:
+            return
+        if outcome.cache == "hit" or outcome.shared:
+            return  # no upstream call of its own: the window was not used
+        tokens = outcome.usage.total_tokens if outcome.usage is not None else None
+        use.record(outcome.provider, outcome.identity.key_id, tokens, time.time())
 
     return observe

@@ -2,25 +2,38 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Collection
+from pathlib import Path
 from typing import Any
 
 import orjson
 
+from olp.accounts.keyrecord import KeyRecord
+from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.config import Config, PoolConfig
 from olp.engine import PoolScheduler
 from olp.quota import Figure, ProviderQuota
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
 from olp.server.owner import require_owner
+from olp.server.share_gate import shares_json
 
 __all__ = ["pools_json", "provider_quota_json", "quota_payload", "quota_status"]
 
 
 async def quota_status(ctx: AppContext, req: Request, send: Send) -> None:
     require_owner(ctx, req)
-    body = orjson.dumps(quota_payload(ctx))
+    payload = quota_payload(ctx)
+    records = await asyncio.to_thread(_keys_with_shares, keys_db_path(ctx.config.home))
+    now = payload["generated_at"]
+    payload["shares"] = [
+        {"key_id": r.id, "key_name": r.name, **share}
+        for r in records
+        for share in shares_json(r.identity(), ctx.quota, ctx.window_use, now)
+    ]
+    body = orjson.dumps(payload)
     await send_bytes(send, 200, [(b"content-type", b"application/json")], body)
 
 
@@ -34,6 +47,14 @@ def quota_payload(ctx: AppContext) -> dict[str, Any]:
     now = time.time()
     pools = pools_json(ctx.config, ctx.pools, ctx.providers, now)
     return {"generated_at": now, "providers": providers, "pools": pools}
+
+
+def _keys_with_shares(path: Path) -> list[KeyRecord]:
+    store = KeyStore.open(path)
+    try:
+        return [r for r in store.list_keys(include_revoked=False) if r.shares]
+    finally:
+        store.close()
 
 
 def pools_json(

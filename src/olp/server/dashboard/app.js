@@ -362,6 +362,9 @@
         cell.append(el("span", { class: "muted expires", text: (expired ? " · expired " : " · expires ")
           + new Date(k.expires_at * 1000).toISOString().slice(0, 16).replace("T", " ") + " UTC" }));
       }
+      for (const share of k.shares) {
+        cell.append(el("div", { class: "share muted" + (share.spent ? " spent" : ""), text: share.text }));
+      }
       tr.append(cell);
       for (const [limit, format] of [["rpm", num], ["rpd", num], ["rp7d", num], ["rp30d", num], ["tpd", num], ["usd_month", usd], ["concurrent", num]]) {
         tr.append(limitCell(limit, k.usage[limit], k.limits[limit], k.utilisation[limit], format));
