@@ -6,8 +6,9 @@
             self.capabilities = self._capabilities(translate.DROPS)
 
 A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in common (no
-tools, no sampling, JSON mode as an instruction, the runner's concurrency), reports no
-quota unless the provider overrides `quota()`, and kills its children in `aclose()`.
+client tools unless the CLI bridges them, no sampling, JSON mode as an instruction, the
+runner's concurrency), reports no quota unless the provider overrides `quota()`, and
+kills its children in `aclose()`.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -67,10 +68,14 @@ class CliProvider:
         vision: bool = False,
         quota_signals: tuple[str, ...] = (),
         reports_cost: bool = False,
+        tool_choices: frozenset[str] = frozenset(),
     ) -> Capabilities:
+        """`tool_choices`: what the CLI honours of client tools through the MCP bridge
+        (none: it cannot take client tools at all)."""
         return Capabilities(
             streaming=streaming,
-            tools=False,
+            tools=bool(tool_choices),
+            tool_choices=tool_choices,
             vision=vision,
             json_mode=True,  # as an instruction in the system prompt
             sampling=False,

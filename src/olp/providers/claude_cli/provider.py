@@ -10,6 +10,7 @@ from olp.ir import ChatRequest, Event
 from olp.providers._claude_stream import RateLimitInfo
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
+from olp.providers._mcp_bridge import ToolBridge, mcp_config
 from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
@@ -25,17 +26,39 @@ class ClaudeCliProvider(CliProvider):
         )
         # Subscription runs report the rolling 5-hour window (rate_limit_event).
         self.capabilities = self._capabilities(
-            translate.DROPS, quota_signals=("five_hour",), reports_cost=True
+            translate.DROPS,
+            quota_signals=("five_hour",),
+            reports_cost=True,
+            tool_choices=frozenset({"auto", "none"}),
         )
+        self._bridge = ToolBridge()
         self._rate_limit: RateLimitInfo | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        invocation = translate.build_invocation(request, self._config.timeouts)
+        if not translate.bridges_tools(request):
+            async for event in self._run(request, None):
+                yield event
+            return
+        async with self._bridge.serve(request.tools) as url:
+            async for event in self._run(request, mcp_config(url)):
+                yield event
+
+    async def _run(self, request: ChatRequest, bridge: bytes | None) -> AsyncIterator[Event]:
+        invocation = translate.build_invocation(request, self._config.timeouts, bridge)
         translator = translate.ClaudeTranslator(
-            self.name, time.time, self._remember, command=self._runner.command
+            self.name,
+            time.time,
+            self._remember,
+            command=self._runner.command,
+            tools=bridge is not None,
+            parallel_tool_calls=request.parallel_tool_calls is not False,
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        await self._bridge.aclose()
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info

@@ -11,7 +11,7 @@ import orjson
 
 from olp.config.model import Timeouts
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish
+from olp.ir import ChatRequest, Event, Finish, ToolCallDelta
 from olp.observability import event_logger
 from olp.providers._claude_stream import (
     ClaudeStreamParser,
@@ -33,6 +33,7 @@ __all__ = [
     "INSTALL_HINT",
     "LOGIN_HINT",
     "ClaudeTranslator",
+    "bridges_tools",
     "build_invocation",
     "classify",
 ]
@@ -48,9 +49,19 @@ LOGIN_HINT = "run `claude` once and log in with /login (or `claude setup-token`)
 # CLIs sharing it corrupt it.
 CREDENTIALS = ((".claude/.credentials.json", ".claude/.credentials.json"),)
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-DROPS = (*COMMON_CLI_DROPS, "images", "n > 1")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (*(d for d in COMMON_CLI_DROPS if not d.startswith("tool")), "images", "n > 1")
 # Passed on through the CLI's environment rather than dropped.
 HONOURED = frozenset({"max_tokens", "reasoning_effort"})
+# With client tools bridged: `tool_choice` auto/none and `parallel_tool_calls` are
+# honoured too (none: the tools are not offered; false: only the first call is answered).
+HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
+# How Claude Code names the tools of the MCP server OLP serves (`_mcp_bridge`).
+TOOL_PREFIX = "mcp__olp__"
+# The bridge's MCP config, written into the private HOME; the CLI runs in a sibling
+# directory (`_sandbox`), and reads it through this path relative to its cwd.
+MCP_CONFIG_FILE = ".olp-mcp.json"
+_MCP_CONFIG_ARG = f"../home/{MCP_CONFIG_FILE}"
 # A single argv string is capped at 128 KiB on Linux: a longer system prompt goes on stdin.
 _MAX_SYSTEM_ARG = 100_000
 _THINKING_BUDGET = {"none": 0, "minimal": 0, "low": 4_000, "medium": 10_000, "high": 31_999}
@@ -69,18 +80,33 @@ _FLAGS = (
 )  # fmt: skip
 
 
-def build_invocation(request: ChatRequest, timeouts: Timeouts) -> CliInvocation:
-    prompt = serialise(request, honoured=HONOURED)
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def build_invocation(
+    request: ChatRequest, timeouts: Timeouts, mcp_config: bytes | None = None
+) -> CliInvocation:
+    """`mcp_config`: the bridge's config when `bridges_tools(request)`, else None."""
+    prompt = serialise(request, honoured=HONOURED_WITH_TOOLS if request.tools else HONOURED)
     system = prompt.system or DEFAULT_SYSTEM_PROMPT
     stdin = prompt.prompt
     if len(system.encode()) > _MAX_SYSTEM_ARG:
         stdin = f"<system>\n{system}\n</system>\n\n{stdin}"
         system = DEFAULT_SYSTEM_PROMPT
-    args = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    args: tuple[str, ...] = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    home_files: dict[str, bytes] = {}
+    if mcp_config is not None:
+        # `--allowedTools` takes several values: it goes last but for the prompt on stdin.
+        allowed = [TOOL_PREFIX + tool.name for tool in request.tools]
+        args = (*args, "--mcp-config", _MCP_CONFIG_ARG, "--allowedTools", *allowed)
+        home_files[MCP_CONFIG_FILE] = mcp_config
     return CliInvocation(
         args=args,
         stdin=stdin.encode(),
         env=_env(request, timeouts),
+        home_files=home_files,
         credentials=CREDENTIALS,
     )
 
@@ -112,10 +138,16 @@ class ClaudeTranslator:
         now: Callable[[], float],
         on_rate_limit: Callable[[RateLimitInfo], None] | None = None,
         command: str = DEFAULT_COMMAND,
+        *,
+        tools: bool = False,
+        parallel_tool_calls: bool = True,
     ) -> None:
+        """`tools`: client tools are bridged; `parallel_tool_calls=False`: answer only the
+        model's first call of a turn (the CLI cannot forbid it several)."""
         self.provider = provider
         self.command = command
-        self.parser = ClaudeStreamParser()
+        self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
+        self._parallel = parallel_tool_calls
         self.unparsable = 0
         self._now = now
         self._on_rate_limit = on_rate_limit
@@ -137,12 +169,17 @@ class ClaudeTranslator:
             return []
         before = self.parser.rate_limit
         events = self.parser.feed(doc)
+        if not self._parallel:
+            events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
         info = self.parser.rate_limit
         if info is not None and info is not before and self._on_rate_limit is not None:
             self._on_rate_limit(info)
         return events
 
     def end(self, status: int | None, stderr: str) -> list[Event]:
+        if self.parser.tools_called:
+            usage = self.parser.tool_usage
+            return [usage, Finish("tool_calls")] if usage is not None else [Finish("tool_calls")]
         result = self.parser.result
         if result is None:
             return self._no_result(status, stderr)
