@@ -23,7 +23,7 @@ import pytest
 from real_cli import RealCli, real_cli
 from real_cli_chat import real_cli_config
 
-from fakes.upstream import FakeUpstream, Hang, RecordedRequest, Text, ToolCalls
+from fakes.upstream import FakeUpstream, Hang, Text, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -159,7 +159,10 @@ def test_streamed_tool_calls_in_parallel(
 ) -> None:
     upstream.script(
         ToolCalls(
-            [("mcp__olp__get_weather", '{"city": "Paris"}'), ("mcp__olp__get_time", '{"tz": "CET"}')]
+            [
+                ("mcp__olp__get_weather", '{"city": "Paris"}'),
+                ("mcp__olp__get_time", '{"tz": "CET"}'),
+            ]
         )
     )
     stream = client(olp).chat.completions.create(
@@ -192,7 +195,10 @@ def test_parallel_tool_calls_false_answers_one_call(
 ) -> None:
     upstream.script(
         ToolCalls(
-            [("mcp__olp__get_weather", '{"city": "Paris"}'), ("mcp__olp__get_time", '{"tz": "CET"}')]
+            [
+                ("mcp__olp__get_weather", '{"city": "Paris"}'),
+                ("mcp__olp__get_time", '{"tz": "CET"}'),
+            ]
         )
     )
     answer = client(olp).chat.completions.create(

@@ -23,6 +23,7 @@ from olp.ir import (
     ResponseFormat,
     TextDelta,
     Tool,
+    ToolCallDelta,
     Usage,
 )
 from olp.providers._claude_stream import RateLimitInfo
@@ -318,17 +319,77 @@ def test_huge_system_prompt_moves_to_stdin() -> None:
 def test_plugin_declares_what_it_drops() -> None:
     assert plugin.type == "claude-cli"
     assert "temperature" in DROPS
-    assert "tools (client-side function calling)" in DROPS
+    assert "tools (client-side function calling)" not in DROPS  # bridged over MCP
     provider = plugin.factory(ProviderConfig("claude", "claude-cli"))
-    assert provider.capabilities.tools is False
+    assert provider.capabilities.tools is True
+    assert provider.capabilities.tool_choices == {"auto", "none"}
     assert provider.capabilities.streaming == "token"
     assert provider.capabilities.drops == DROPS
     assert provider.quota() is None
 
 
-def test_tools_in_a_request_are_not_sent() -> None:
+def test_tools_without_a_bridge_are_not_sent() -> None:
     inv = build_invocation(
-        request(Message("user", "weather?"), tools=(Tool("get_weather"),)), Timeouts()
+        request(Message("user", "weather?"), tools=(Tool("get_weather"),), tool_choice="none"),
+        Timeouts(),
     )
     assert b"get_weather" not in inv.stdin
     assert not any("get_weather" in a for a in inv.args)
+    assert inv.home_files == {}
+
+
+def test_bridged_tools_are_the_only_mcp_server_and_the_only_allowed_tools() -> None:
+    tools = (Tool("get_weather"), Tool("get_time"))
+    config = b'{"mcpServers":{"olp":{"type":"http","url":"http://127.0.0.1:1/s/mcp"}}}'
+    inv = build_invocation(request(Message("user", "weather?"), tools=tools), Timeouts(), config)
+    args = list(inv.args)
+    assert args[args.index("--tools") + 1] == ""  # every built-in tool stays off
+    assert "--strict-mcp-config" in args
+    assert args[args.index("--max-turns") + 1] == "1"  # a model calling a missing tool ends
+    assert args[args.index("--mcp-config") + 1] == "../home/.olp-mcp.json"
+    assert args[args.index("--allowedTools") + 1 :] == [
+        "mcp__olp__get_weather",
+        "mcp__olp__get_time",
+    ]
+    assert inv.home_files == {".olp-mcp.json": config}  # the secret URL is not in argv
+    assert b"127.0.0.1" not in b"".join(a.encode() for a in args)
+
+
+def tool_replay(**kw: Any) -> tuple[list[Event], ClaudeTranslator, int]:
+    """The real CLI's output for two bridged tool calls (captured with the real 2.1.197)."""
+    tr = ClaudeTranslator("claude", lambda: NOW, tools=True, **kw)
+    lines = (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines()
+    events: list[Event] = []
+    read = 0
+    for line in lines:
+        read += 1
+        events.extend(tr.feed(line))
+        if tr.done:
+            break
+    return [*events, *tr.end(None, "")], tr, read
+
+
+def test_bridged_tool_calls_are_the_answer_under_the_clients_names() -> None:
+    events, _, read = tool_replay()
+    lines = (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines()
+    assert read == len(lines)  # done at message_stop: the CLI is not left to call them
+    assert events == [
+        ToolCallDelta(0, "toolu_fake_0", "get_weather", '{"city":"Paris"}'),
+        ToolCallDelta(1, "toolu_fake_1", "get_time", '{"tz":"CET"}'),
+        Usage(prompt_tokens=12, completion_tokens=7),
+        Finish("tool_calls"),
+    ]
+
+
+def test_parallel_tool_calls_false_answers_the_first_call_only() -> None:
+    events, _, _ = tool_replay(parallel_tool_calls=False)
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert calls == [ToolCallDelta(0, "toolu_fake_0", "get_weather", '{"city":"Paris"}')]
+    assert events[-1] == Finish("tool_calls")
+
+
+def test_without_a_bridge_tool_use_blocks_are_not_client_tool_calls() -> None:
+    tr = ClaudeTranslator("claude", lambda: NOW)
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        assert not [e for e in tr.feed(line) if isinstance(e, ToolCallDelta)]
+    assert not tr.done

@@ -28,7 +28,6 @@ from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 import mcp.types as mcp_types
-import orjson
 import uvicorn
 from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -37,22 +36,15 @@ from mcp.server.transport_security import TransportSecuritySettings
 from olp.ir import Tool
 from olp.observability import event_logger
 
-__all__ = ["SERVER_NAME", "TOOL_PREFIX", "ToolBridge", "mcp_config"]
+__all__ = ["ToolBridge"]
 
 log = event_logger("olp.providers.mcp_bridge")
 
-# The MCP server's name in the CLI's config; Claude Code names its tools mcp__<server>__<tool>.
-SERVER_NAME = "olp"
-TOOL_PREFIX = f"mcp__{SERVER_NAME}__"
+_SERVER_NAME = "olp"
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 # What a held call answers if the CLI is still listening when its run ends.
 _NOT_RUN = "OLP does not run tools: the client runs them and sends the result back."
 _STARTUP_S = 5.0
-
-
-def mcp_config(url: str) -> bytes:
-    """The `--mcp-config` document (Claude Code's `mcpServers` shape) naming only `url`."""
-    return orjson.dumps({"mcpServers": {SERVER_NAME: {"type": "http", "url": url}}})
 
 
 class _Run:
@@ -64,7 +56,7 @@ class _Run:
         self.ended = asyncio.Event()
         self.ready = asyncio.Event()
         server: Server[Any] = Server(
-            SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+            _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
         )
         self.manager = StreamableHTTPSessionManager(
             app=server,

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
 from olp.providers._claude_stream import RateLimitInfo
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
-from olp.providers._mcp_bridge import ToolBridge, mcp_config
 from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import ToolBridge
 
 __all__ = ["ClaudeCliProvider"]
 
@@ -31,7 +34,7 @@ class ClaudeCliProvider(CliProvider):
             reports_cost=True,
             tool_choices=frozenset({"auto", "none"}),
         )
-        self._bridge = ToolBridge()
+        self._bridge: ToolBridge | None = None
         self._rate_limit: RateLimitInfo | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
@@ -39,9 +42,18 @@ class ClaudeCliProvider(CliProvider):
             async for event in self._run(request, None):
                 yield event
             return
-        async with self._bridge.serve(request.tools) as url:
-            async for event in self._run(request, mcp_config(url)):
+        bridge = self._tool_bridge()
+        async with bridge.serve(request.tools) as url:
+            async for event in self._run(request, translate.mcp_config(url)):
                 yield event
+
+    def _tool_bridge(self) -> ToolBridge:
+        if self._bridge is None:
+            # The MCP SDK takes a second or more to import: only a request with tools pays.
+            from olp.providers._mcp_bridge import ToolBridge
+
+            self._bridge = ToolBridge()
+        return self._bridge
 
     async def _run(self, request: ChatRequest, bridge: bytes | None) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(request, self._config.timeouts, bridge)
@@ -58,7 +70,8 @@ class ClaudeCliProvider(CliProvider):
 
     async def aclose(self) -> None:
         await super().aclose()
-        await self._bridge.aclose()
+        if self._bridge is not None:
+            await self._bridge.aclose()
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info

@@ -36,6 +36,7 @@ __all__ = [
     "bridges_tools",
     "build_invocation",
     "classify",
+    "mcp_config",
 ]
 
 log = event_logger("olp.providers.claude_cli")
@@ -56,8 +57,9 @@ HONOURED = frozenset({"max_tokens", "reasoning_effort"})
 # With client tools bridged: `tool_choice` auto/none and `parallel_tool_calls` are
 # honoured too (none: the tools are not offered; false: only the first call is answered).
 HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
-# How Claude Code names the tools of the MCP server OLP serves (`_mcp_bridge`).
-TOOL_PREFIX = "mcp__olp__"
+# The bridge's name in the CLI's MCP config; Claude Code calls its tools mcp__<name>__<tool>.
+MCP_SERVER = "olp"
+TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 # The bridge's MCP config, written into the private HOME; the CLI runs in a sibling
 # directory (`_sandbox`), and reads it through this path relative to its cwd.
 MCP_CONFIG_FILE = ".olp-mcp.json"
@@ -78,6 +80,11 @@ _FLAGS = (
     "--disable-slash-commands",
     "--max-turns", "1",
 )  # fmt: skip
+
+
+def mcp_config(url: str) -> bytes:
+    """The `--mcp-config` document naming the bridge's `url` as the only MCP server."""
+    return orjson.dumps({"mcpServers": {MCP_SERVER: {"type": "http", "url": url}}})
 
 
 def bridges_tools(request: ChatRequest) -> bool:
