@@ -133,7 +133,15 @@ class CliProvider:
             return ProviderHealth(False, tuple(checks), fix, latency)
         checks.append(f"logged in: yes ({source}{detail})")
         checks.append("drops: " + ", ".join(self.capabilities.drops))
+        checks.append(self._tools_check())
         return ProviderHealth(True, tuple(checks), None, latency)
+
+    def _tools_check(self) -> str:
+        """What `olp doctor` says of client tools (a request it cannot honour skips it)."""
+        choices = self.capabilities.tool_choices
+        if not self.capabilities.tools:
+            return "client tools: no (a request with tools skips this provider)"
+        return "client tools: yes, over MCP (tool_choice: " + ", ".join(sorted(choices)) + ")"
 
     def _credentials(
         self, checks: list[str], found: str | None, *, missing: str, fix: str
