@@ -284,3 +284,76 @@ def test_a_client_that_leaves_mid_run_leaves_no_process(
     thread.join(30)
     http.close()
     assert no_claude_left(claude, within_s=15)
+
+
+# -- structured output --------------------------------------------------------------------
+
+SUM = {
+    "type": "json_schema",
+    "json_schema": {
+        "name": "sum",
+        "schema": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        },
+    },
+}
+ADD = [{"role": "user", "content": "2+2 as n"}]
+
+
+def test_json_schema_uses_the_clis_structured_output(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(ToolCalls([("StructuredOutput", '{"n": 4}')], text="Let me answer."))
+    answer = client(olp).chat.completions.create(
+        model="chat",
+        messages=ADD,  # type: ignore[arg-type]
+        response_format=SUM,  # type: ignore[arg-type]
+    )
+    assert json.loads(answer.choices[0].message.content or "") == {"n": 4}
+    assert answer.choices[0].finish_reason == "stop"
+    [request] = model_requests(upstream)
+    [tool] = request["tools"]
+    assert tool["name"] == "StructuredOutput"
+    assert tool["input_schema"]["properties"] == {"n": {"type": "integer"}}
+    assert "Respond with a single valid JSON" not in json.dumps(request["system"])
+    assert no_claude_left(claude)
+
+
+def test_an_answer_off_the_schema_is_retried_once_with_the_error(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(
+        ToolCalls([("StructuredOutput", '{"n": "four"}')]),
+        ToolCalls([("StructuredOutput", '{"n": 4}')]),
+    )
+    stream = client(olp).chat.completions.create(
+        model="chat",
+        messages=ADD,  # type: ignore[arg-type]
+        response_format=SUM,  # type: ignore[arg-type]
+        stream=True,
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert json.loads(text) == {"n": 4}
+    _, retry = model_requests(upstream)
+    assert "must be integer" in json.dumps(retry["messages"])  # the model saw the error
+    assert no_claude_left(claude)
+
+
+def test_an_answer_off_the_schema_twice_is_an_error_that_says_so(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(*[ToolCalls([("StructuredOutput", '{"n": "four"}')])] * 3)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client(olp).chat.completions.create(
+            model="solo",
+            messages=ADD,  # type: ignore[arg-type]
+            response_format=SUM,  # type: ignore[arg-type]
+        )
+    message = str(caught.value.body)
+    assert "does not match the response_format schema" in message
+    assert "must be integer" in message
+    assert len(model_requests(upstream)) == 2  # one retry, no more
+    assert no_claude_left(claude)

@@ -294,18 +294,68 @@ def test_invocation_options_passed_through_env() -> None:
     assert "hi" not in inv.args
 
 
-def test_json_schema_becomes_a_system_instruction() -> None:
+def test_json_schema_goes_to_the_clis_own_option_with_one_retry_turn() -> None:
     schema = {"name": "answer", "schema": {"type": "object", "required": ["n"]}}
     inv = build_invocation(
-        request(
-            Message("user", "2+2?"),
-            response_format=ResponseFormat("json_schema", schema),
-        ),
+        request(Message("user", "2+2?"), response_format=ResponseFormat("json_schema", schema)),
         Timeouts(),
     )
-    system = inv.args[-1]
-    assert system.startswith("Respond with a single valid JSON object that conforms")
-    assert '{"required":["n"],"type":"object"}' in system
+    args = list(inv.args)
+    assert args[args.index("--json-schema") + 1] == '{"type":"object","required":["n"]}'
+    assert args[args.index("--max-turns") + 1] == "2"
+    assert args[args.index("--system-prompt") + 1] == DEFAULT_SYSTEM_PROMPT  # no instruction
+
+
+def test_json_object_is_any_object() -> None:
+    inv = build_invocation(
+        request(Message("user", "2+2?"), response_format=ResponseFormat("json_object")),
+        Timeouts(),
+    )
+    assert inv.args[inv.args.index("--json-schema") + 1] == '{"type":"object"}'
+
+
+def structured(lines: list[dict[str, Any]], schema: dict[str, Any]) -> list[Event]:
+    tr = ClaudeTranslator("claude", lambda: NOW, schema=schema)
+    events: list[Event] = []
+    for doc in lines:
+        events.extend(tr.feed(json.dumps(doc).encode()))
+    return [*events, *tr.end(None, "")]
+
+
+N_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+PROSE = {"type": "stream_event", "event": {"type": "content_block_delta", "delta": {
+    "type": "text_delta", "text": "Let me answer."}}}  # fmt: skip
+
+
+def test_the_structured_output_is_the_answer_and_prose_is_not() -> None:
+    result = {"type": "result", "subtype": "success", "is_error": False,
+              "stop_reason": "tool_use", "structured_output": {"n": 4}}  # fmt: skip
+    events = structured([PROSE, result], N_SCHEMA)
+    assert events[0] == TextDelta('{"n":4}')
+    assert events[-1] == Finish("stop")
+    assert text_of(events) == '{"n":4}'
+
+
+def test_structured_output_off_the_schema_is_an_error_naming_the_problem() -> None:
+    result = {"type": "result", "subtype": "success", "is_error": False,
+              "structured_output": {"n": "four"}}  # fmt: skip
+    with pytest.raises(ProviderError) as caught:
+        structured([result], N_SCHEMA)
+    assert caught.value.failure is Failure.UPSTREAM_ERROR
+    assert "/n: 'four' is not of type 'integer'" in caught.value.message
+
+
+def test_out_of_turns_after_a_schema_complaint_says_what_was_wrong() -> None:
+    complaint = {"type": "user", "message": {"role": "user", "content": [{
+        "type": "tool_result", "is_error": True, "tool_use_id": "t",
+        "content": "Output does not match required schema: /n: must be integer"}]}}  # fmt: skip
+    result = {"type": "result", "subtype": "error_max_turns", "is_error": True}
+    with pytest.raises(ProviderError) as caught:
+        structured([complaint, result], N_SCHEMA)
+    assert caught.value.message == (
+        "claude: the answer does not match the response_format schema (after one retry: "
+        "Output does not match required schema: /n: must be integer)"
+    )
 
 
 def test_huge_system_prompt_moves_to_stdin() -> None:

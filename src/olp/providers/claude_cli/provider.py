@@ -64,6 +64,7 @@ class ClaudeCliProvider(CliProvider):
             command=self._runner.command,
             tools=bridge is not None,
             parallel_tool_calls=request.parallel_tool_calls is not False,
+            schema=translate.output_schema(request),
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from olp.config.model import Timeouts
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, ToolCallDelta
+from olp.ir import ChatRequest, Event, Finish, TextDelta, ToolCallDelta, json_default
 from olp.observability import event_logger
 from olp.providers._claude_stream import (
     ClaudeStreamParser,
@@ -20,6 +21,7 @@ from olp.providers._claude_stream import (
     usage_from,
 )
 from olp.providers._cli_stream import exit_failure, salvage
+from olp.providers._json_schema import schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -37,6 +39,7 @@ __all__ = [
     "build_invocation",
     "classify",
     "mcp_config",
+    "output_schema",
 ]
 
 log = event_logger("olp.providers.claude_cli")
@@ -64,6 +67,11 @@ TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 # directory (`_sandbox`), and reads it through this path relative to its cwd.
 MCP_CONFIG_FILE = ".olp-mcp.json"
 _MCP_CONFIG_ARG = f"../home/{MCP_CONFIG_FILE}"
+# `response_format` goes to the CLI's own `--json-schema`: the model answers by calling
+# the CLI's StructuredOutput tool, which checks the schema and, on a mismatch, gives the
+# model the error for one more try; that try is the second turn.
+_STRUCTURED_TURNS = "2"
+_ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 # A single argv string is capped at 128 KiB on Linux: a longer system prompt goes on stdin.
 _MAX_SYSTEM_ARG = 100_000
 _THINKING_BUDGET = {"none": 0, "minimal": 0, "low": 4_000, "medium": 10_000, "high": 31_999}
@@ -87,6 +95,16 @@ def mcp_config(url: str) -> bytes:
     return orjson.dumps({"mcpServers": {MCP_SERVER: {"type": "http", "url": url}}})
 
 
+def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
+    """The JSON Schema the answer must match (`response_format`), or None for free text."""
+    format_ = request.response_format
+    if format_ is None or format_.type == "text":
+        return None
+    spec = format_.json_schema
+    schema = spec.get("schema") if format_.type == "json_schema" and spec else None
+    return schema if isinstance(schema, Mapping) else _ANY_OBJECT
+
+
 def bridges_tools(request: ChatRequest) -> bool:
     """The request's tools are offered to the model (through the MCP bridge)."""
     return bool(request.tools) and request.tool_choice != "none"
@@ -96,13 +114,21 @@ def build_invocation(
     request: ChatRequest, timeouts: Timeouts, mcp_config: bytes | None = None
 ) -> CliInvocation:
     """`mcp_config`: the bridge's config when `bridges_tools(request)`, else None."""
-    prompt = serialise(request, honoured=HONOURED_WITH_TOOLS if request.tools else HONOURED)
+    schema = output_schema(request)
+    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+    # With a schema, `--json-schema` says it: no instruction in the system prompt.
+    flat = request if schema is None else replace(request, response_format=None)
+    prompt = serialise(flat, honoured=honoured)
     system = prompt.system or DEFAULT_SYSTEM_PROMPT
     stdin = prompt.prompt
     if len(system.encode()) > _MAX_SYSTEM_ARG:
         stdin = f"<system>\n{system}\n</system>\n\n{stdin}"
         system = DEFAULT_SYSTEM_PROMPT
     args: tuple[str, ...] = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    if schema is not None:
+        turns = args.index("--max-turns") + 1
+        args = (*args[:turns], _STRUCTURED_TURNS, *args[turns + 1 :])
+        args = (*args, "--json-schema", orjson.dumps(schema, default=json_default).decode())
     home_files: dict[str, bytes] = {}
     if mcp_config is not None:
         # `--allowedTools` takes several values: it goes last but for the prompt on stdin.
@@ -148,13 +174,18 @@ class ClaudeTranslator:
         *,
         tools: bool = False,
         parallel_tool_calls: bool = True,
+        schema: Mapping[str, Any] | None = None,
     ) -> None:
         """`tools`: client tools are bridged; `parallel_tool_calls=False`: answer only the
-        model's first call of a turn (the CLI cannot forbid it several)."""
+        model's first call of a turn (the CLI cannot forbid it several); `schema`: the
+        answer is the CLI's structured output, checked against it (`output_schema`)."""
         self.provider = provider
         self.command = command
         self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
         self._parallel = parallel_tool_calls
+        self._schema = schema
+        # The CLI's last word on a structured answer that did not match the schema.
+        self._schema_complaint: str | None = None
         self.unparsable = 0
         self._now = now
         self._on_rate_limit = on_rate_limit
@@ -176,6 +207,10 @@ class ClaudeTranslator:
             return []
         before = self.parser.rate_limit
         events = self.parser.feed(doc)
+        if self._schema is not None:
+            # Text around the structured-output call is not the answer; the call is.
+            events = [e for e in events if not isinstance(e, TextDelta)]
+            self._schema_complaint = _tool_error(doc) or self._schema_complaint
         if not self._parallel:
             events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
         info = self.parser.rate_limit
@@ -193,7 +228,26 @@ class ClaudeTranslator:
         if result.get("is_error") is True:
             raise self._error(result)
         usage = usage_from(result.get("usage"), result.get("total_cost_usd"))
+        if self._schema is not None:
+            return [self._structured(result, self._schema), usage, Finish("stop")]
         return [usage, Finish(finish_reason(result.get("stop_reason") or self.parser.stop_reason))]
+
+    def _structured(self, result: Mapping[str, Any], schema: Mapping[str, Any]) -> TextDelta:
+        """The CLI's structured output as the answer's text, checked against `schema`."""
+        answer = result.get("structured_output")
+        if answer is None:
+            raise self._off_schema("the CLI gave no structured output")
+        problem = schema_error(answer, schema)
+        if problem is not None:
+            raise self._off_schema(problem)
+        return TextDelta(orjson.dumps(answer).decode())
+
+    def _off_schema(self, problem: str) -> ProviderError:
+        return ProviderError(
+            Failure.UPSTREAM_ERROR,
+            f"claude: the answer does not match the response_format schema ({problem})",
+            provider=self.provider,
+        )
 
     def _no_result(self, status: int | None, stderr: str) -> list[Event]:
         if self.parser.content_seen:
@@ -206,6 +260,9 @@ class ClaudeTranslator:
         raise exit_failure(self.provider, self.command, status, stderr, detail)
 
     def _error(self, result: Mapping[str, Any]) -> ProviderError:
+        if self._schema is not None and result.get("subtype") == "error_max_turns":
+            complaint = self._schema_complaint or "it answered without the structured output"
+            return self._off_schema(f"after one retry: {complaint}")
         status = result.get("api_error_status")
         return classify(
             self.provider,
@@ -281,6 +338,17 @@ def _failure(text: str, status: int | None, kind: str | None) -> Failure:
     if status is None and "timed out" in text.lower():
         return Failure.TIMEOUT
     return Failure.UPSTREAM_ERROR
+
+
+def _tool_error(doc: Mapping[str, Any]) -> str | None:
+    """The text of an `is_error` tool result the CLI gave the model, if `doc` is one."""
+    message = doc.get("message") if doc.get("type") == "user" else None
+    blocks = message.get("content") if isinstance(message, dict) else None
+    for block in blocks if isinstance(blocks, list) else ():
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error"):
+            content = block.get("content")
+            return content[:500] if isinstance(content, str) else None
+    return None
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:
