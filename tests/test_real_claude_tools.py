@@ -357,3 +357,46 @@ def test_an_answer_off_the_schema_twice_is_an_error_that_says_so(
     assert "must be integer" in message
     assert len(model_requests(upstream)) == 2  # one retry, no more
     assert no_claude_left(claude)
+
+
+# -- tool arguments and the turn bound ----------------------------------------------------
+
+
+def test_arguments_off_the_tools_schema_go_back_to_the_model_once(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(
+        ToolCalls([("mcp__olp__get_weather", '{"city": 75}')]),
+        ToolCalls([("mcp__olp__get_weather", '{"city": "Paris"}')]),
+    )
+    answer = client(olp).chat.completions.create(model="chat", messages=QUESTION, tools=[WEATHER])
+    [call] = answer.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    _, retry = model_requests(upstream)
+    assert "Invalid arguments for get_weather" in json.dumps(retry["messages"])
+    assert "is not of type 'string'" in json.dumps(retry["messages"])
+    assert no_claude_left(claude)
+
+
+def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(*[ToolCalls([("mcp__olp__get_weather", '{"city": 75}')])] * 4)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client(olp).chat.completions.create(model="solo", messages=QUESTION, tools=[WEATHER])
+    message = str(caught.value.body)
+    assert "the model's tool call is invalid (after one retry" in message
+    assert "get_weather: /city: 75 is not of type 'string'" in message
+    assert len(model_requests(upstream)) == 2
+    assert no_claude_left(claude)
+
+
+def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
+    olp: ThreadServer, claude: RealCli, upstream: FakeUpstream
+) -> None:
+    upstream.script(*[ToolCalls([("mcp__olp__launch_rockets", "{}")])] * 20)
+    with pytest.raises(openai.APIStatusError) as caught:
+        client(olp).chat.completions.create(model="solo", messages=QUESTION, tools=[WEATHER])
+    assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
+    assert len(model_requests(upstream)) == 2
+    assert no_claude_left(claude)

@@ -395,7 +395,9 @@ def test_bridged_tools_are_the_only_mcp_server_and_the_only_allowed_tools() -> N
     args = list(inv.args)
     assert args[args.index("--tools") + 1] == ""  # every built-in tool stays off
     assert "--strict-mcp-config" in args
-    assert args[args.index("--max-turns") + 1] == "1"  # a model calling a missing tool ends
+    # One turn to answer, one more after arguments off the schema; a model that keeps
+    # calling a missing tool ends there.
+    assert args[args.index("--max-turns") + 1] == "2"
     assert args[args.index("--mcp-config") + 1] == "../home/.olp-mcp.json"
     assert args[args.index("--allowedTools") + 1 :] == [
         "mcp__olp__get_weather",
@@ -443,3 +445,28 @@ def test_without_a_bridge_tool_use_blocks_are_not_client_tool_calls() -> None:
     for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
         assert not [e for e in tr.feed(line) if isinstance(e, ToolCallDelta)]
     assert not tr.done
+
+
+def test_a_turn_with_arguments_off_the_schema_is_not_the_answer() -> None:
+    retried: list[int] = []
+    schemas = {
+        "get_weather": {"type": "object", "properties": {"city": {"type": "integer"}}},
+        "get_time": None,
+    }
+    tr = ClaudeTranslator(
+        "claude", lambda: NOW, tools=True, tool_schemas=schemas, on_retry=retried.append
+    )
+    events: list[Event] = []
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        events.extend(tr.feed(line))
+    assert not tr.done  # reading on: the model was told, its next turn may answer
+    assert not [e for e in events if isinstance(e, ToolCallDelta)]
+    assert retried == [2]  # both calls of the turn are let go by the bridge
+    out_of_turns = {"type": "result", "subtype": "error_max_turns", "is_error": True}
+    tr.feed(json.dumps(out_of_turns).encode())
+    with pytest.raises(ProviderError) as caught:
+        tr.end(None, "")
+    assert caught.value.message == (
+        "claude: the model's tool call is invalid (after one retry: "
+        "get_weather: /city: 'Paris' is not of type 'integer')"
+    )

@@ -105,6 +105,10 @@ class ClaudeStreamParser:
     def done(self) -> bool:
         return self.result is not None or self.tools_called
 
+    def retry_tools(self) -> None:
+        """The last turn's tool calls are not the answer: read on for the next turn's."""
+        self.tool_calls, self.tools_called, self.tool_usage = [], False, None
+
     def _stream_event(self, event: object) -> list[Event]:
         if not isinstance(event, dict):
             return []

@@ -14,7 +14,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError, validators
 from jsonschema.exceptions import best_match
 
-__all__ = ["schema_error"]
+__all__ = ["arguments_error", "schema_error"]
 
 
 def schema_error(instance: Any, schema: Mapping[str, Any]) -> str | None:
@@ -30,3 +30,11 @@ def schema_error(instance: Any, schema: Mapping[str, Any]) -> str | None:
         return None
     where = "/" + "/".join(str(part) for part in error.absolute_path)
     return f"{where}: {error.message}"
+
+
+def arguments_error(arguments: Any, schema: Mapping[str, Any] | None) -> str | None:
+    """What is wrong with a tool call's `arguments` (decoded) under its parameters'
+    schema (None: any object), or None if nothing is."""
+    if not isinstance(arguments, dict):
+        return "the arguments are not a JSON object"
+    return schema_error(arguments, schema) if schema else None

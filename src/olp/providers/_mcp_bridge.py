@@ -16,6 +16,10 @@ its only one:
 - The bridge never runs a tool. The provider reads the model's tool calls off the CLI's
   own output, answers the client with them and ends the child; a call that reaches the
   bridge meanwhile is held until the run ends, so the CLI cannot move on to another turn.
+- A call whose arguments do not match the tool's schema is answered at once with the
+  problem. The provider, which checks the same, then does not answer the client with that
+  turn but `retry_turn()`s it: the turn's other calls are let go (held ones now, late ones
+  on arrival), the CLI hands the model the errors, and it may call again.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from mcp.server.transport_security import TransportSecuritySettings
 
 from olp.ir import Tool
 from olp.observability import event_logger
+from olp.providers._json_schema import arguments_error
 
-__all__ = ["ToolBridge"]
+__all__ = ["BridgedRun", "ToolBridge"]
 
 log = event_logger("olp.providers.mcp_bridge")
 
@@ -44,16 +49,24 @@ _SERVER_NAME = "olp"
 _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 # What a held call answers if the CLI is still listening when its run ends.
 _NOT_RUN = "OLP does not run tools: the client runs them and sends the result back."
+_RETRY = "Invalid arguments for {name}: {problem}. Call it again with arguments that match."
+_LET_GO = "Not run: another call of this turn had invalid arguments. Make the calls again."
 _STARTUP_S = 5.0
 
 
-class _Run:
+class BridgedRun:
     """One CLI run's MCP server: the tools it lists, the calls it holds."""
 
     def __init__(self, tools: Sequence[Tool]) -> None:
         self.tools = [_mcp_tool(tool) for tool in tools]
+        self._schemas = {tool.name: tool.parameters for tool in tools}
         self.calls: list[str] = []
         self.ended = asyncio.Event()
+        self.url = ""
+        # Set (and replaced) by `retry_turn()`: the held calls of that turn go.
+        self._let_go = asyncio.Event()
+        self._turn_calls = 0  # calls that reached the bridge in this turn
+        self._owed = 0  # calls of a retried turn that have yet to arrive
         self.ready = asyncio.Event()
         server: Server[Any] = Server(
             _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
@@ -68,6 +81,13 @@ class _Run:
                 allowed_origins=["http://127.0.0.1:*"],
             ),
         )
+
+    def retry_turn(self, calls: int) -> None:
+        """The model's turn of `calls` calls is not the answer: let all of them go."""
+        self._owed = max(calls - self._turn_calls, 0)
+        self._turn_calls = 0
+        self._let_go.set()
+        self._let_go = asyncio.Event()
 
     async def host(self) -> None:
         """Keep the session manager running until the run ends (in a task of its own)."""
@@ -84,9 +104,31 @@ class _Run:
         self, ctx: Any, params: mcp_types.CallToolRequestParams
     ) -> mcp_types.CallToolResult:
         self.calls.append(params.name)
-        await self.ended.wait()
-        text = mcp_types.TextContent(type="text", text=_NOT_RUN)
-        return mcp_types.CallToolResult(content=[text], is_error=True)
+        late = self._owed > 0
+        if late:
+            self._owed -= 1
+        else:
+            self._turn_calls += 1
+        problem = arguments_error(params.arguments or {}, self._schemas.get(params.name))
+        if problem is not None:
+            return _error(_RETRY.format(name=params.name, problem=problem))
+        if late:
+            return _error(_LET_GO)
+        waiters = {
+            asyncio.ensure_future(self.ended.wait()),
+            asyncio.ensure_future(self._let_go.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return _error(_NOT_RUN if self.ended.is_set() else _LET_GO)
+
+
+def _error(text: str) -> mcp_types.CallToolResult:
+    content = mcp_types.TextContent(type="text", text=text)
+    return mcp_types.CallToolResult(content=[content], is_error=True)
 
 
 def _mcp_tool(tool: Tool) -> mcp_types.Tool:
@@ -106,7 +148,7 @@ class ToolBridge:
     """Serves each run's tools on one loopback listener; see the module docstring."""
 
     def __init__(self) -> None:
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, BridgedRun] = {}
         self._hosts: set[asyncio.Task[None]] = set()
         self._server: _QuietServer | None = None
         self._serving: asyncio.Task[None] | None = None
@@ -114,10 +156,10 @@ class ToolBridge:
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
-    async def serve(self, tools: Sequence[Tool]) -> AsyncIterator[str]:
-        """The MCP URL offering `tools`, valid while the block runs."""
+    async def serve(self, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
+        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs."""
         port = await self._listening()
-        run = _Run(tools)
+        run = BridgedRun(tools)
         secret = secrets.token_urlsafe(24)
         host = asyncio.create_task(run.host())
         self._hosts.add(host)
@@ -126,7 +168,8 @@ class ToolBridge:
             async with asyncio.timeout(_STARTUP_S):
                 await run.ready.wait()
             self._runs[secret] = run
-            yield f"http://127.0.0.1:{port}/{secret}/mcp"
+            run.url = f"http://127.0.0.1:{port}/{secret}/mcp"
+            yield run
         finally:
             self._runs.pop(secret, None)
             run.ended.set()

@@ -15,7 +15,7 @@ from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
 if TYPE_CHECKING:
-    from olp.providers._mcp_bridge import ToolBridge
+    from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 
 __all__ = ["ClaudeCliProvider"]
 
@@ -42,9 +42,8 @@ class ClaudeCliProvider(CliProvider):
             async for event in self._run(request, None):
                 yield event
             return
-        bridge = self._tool_bridge()
-        async with bridge.serve(request.tools) as url:
-            async for event in self._run(request, translate.mcp_config(url)):
+        async with self._tool_bridge().serve(request.tools) as run:
+            async for event in self._run(request, run):
                 yield event
 
     def _tool_bridge(self) -> ToolBridge:
@@ -55,16 +54,19 @@ class ClaudeCliProvider(CliProvider):
             self._bridge = ToolBridge()
         return self._bridge
 
-    async def _run(self, request: ChatRequest, bridge: bytes | None) -> AsyncIterator[Event]:
-        invocation = translate.build_invocation(request, self._config.timeouts, bridge)
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+        config = None if run is None else translate.mcp_config(run.url)
+        invocation = translate.build_invocation(request, self._config.timeouts, config)
         translator = translate.ClaudeTranslator(
             self.name,
             time.time,
             self._remember,
             command=self._runner.command,
-            tools=bridge is not None,
+            tools=run is not None,
             parallel_tool_calls=request.parallel_tool_calls is not False,
             schema=translate.output_schema(request),
+            tool_schemas={tool.name: tool.parameters for tool in request.tools} if run else None,
+            on_retry=None if run is None else run.retry_turn,
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event

@@ -21,7 +21,7 @@ from olp.providers._claude_stream import (
     usage_from,
 )
 from olp.providers._cli_stream import exit_failure, salvage
-from olp.providers._json_schema import schema_error
+from olp.providers._json_schema import arguments_error, schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -67,10 +67,11 @@ TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 # directory (`_sandbox`), and reads it through this path relative to its cwd.
 MCP_CONFIG_FILE = ".olp-mcp.json"
 _MCP_CONFIG_ARG = f"../home/{MCP_CONFIG_FILE}"
-# `response_format` goes to the CLI's own `--json-schema`: the model answers by calling
-# the CLI's StructuredOutput tool, which checks the schema and, on a mismatch, gives the
-# model the error for one more try; that try is the second turn.
-_STRUCTURED_TURNS = "2"
+# With a schema to meet — `response_format` through the CLI's own `--json-schema` (its
+# StructuredOutput tool checks it), or bridged tools' parameters (the bridge checks
+# them) — a mismatch goes back to the model as a tool error for one more try: that try
+# is the second turn.
+_CHECKED_TURNS = "2"
 _ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 # A single argv string is capped at 128 KiB on Linux: a longer system prompt goes on stdin.
 _MAX_SYSTEM_ARG = 100_000
@@ -125,9 +126,10 @@ def build_invocation(
         stdin = f"<system>\n{system}\n</system>\n\n{stdin}"
         system = DEFAULT_SYSTEM_PROMPT
     args: tuple[str, ...] = (*_FLAGS, "--model", request.model, "--system-prompt", system)
-    if schema is not None:
+    if schema is not None or mcp_config is not None:
         turns = args.index("--max-turns") + 1
-        args = (*args[:turns], _STRUCTURED_TURNS, *args[turns + 1 :])
+        args = (*args[:turns], _CHECKED_TURNS, *args[turns + 1 :])
+    if schema is not None:
         args = (*args, "--json-schema", orjson.dumps(schema, default=json_default).decode())
     home_files: dict[str, bytes] = {}
     if mcp_config is not None:
@@ -175,13 +177,20 @@ class ClaudeTranslator:
         tools: bool = False,
         parallel_tool_calls: bool = True,
         schema: Mapping[str, Any] | None = None,
+        tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
         """`tools`: client tools are bridged; `parallel_tool_calls=False`: answer only the
         model's first call of a turn (the CLI cannot forbid it several); `schema`: the
-        answer is the CLI's structured output, checked against it (`output_schema`)."""
+        answer is the CLI's structured output, checked against it (`output_schema`);
+        `tool_schemas`: each bridged tool's parameters, which a turn's calls must match,
+        else `on_retry(calls)` and the next turn is read instead."""
         self.provider = provider
         self.command = command
         self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
+        self._tool_schemas = tool_schemas or {}
+        self._on_retry = on_retry
+        self._tool_complaint: str | None = None
         self._parallel = parallel_tool_calls
         self._schema = schema
         # The CLI's last word on a structured answer that did not match the schema.
@@ -211,6 +220,8 @@ class ClaudeTranslator:
             # Text around the structured-output call is not the answer; the call is.
             events = [e for e in events if not isinstance(e, TextDelta)]
             self._schema_complaint = _tool_error(doc) or self._schema_complaint
+        if self.parser.tools_called and self._tool_schemas and self._off_tool_schema():
+            events = [e for e in events if not isinstance(e, ToolCallDelta)]
         if not self._parallel:
             events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
         info = self.parser.rate_limit
@@ -231,6 +242,24 @@ class ClaudeTranslator:
         if self._schema is not None:
             return [self._structured(result, self._schema), usage, Finish("stop")]
         return [usage, Finish(finish_reason(result.get("stop_reason") or self.parser.stop_reason))]
+
+    def _off_tool_schema(self) -> bool:
+        """A call of this turn is of no tool of the request, or does not match its tool's
+        parameters: the model was told so (by the CLI or the bridge), and this turn is not
+        the answer (`on_retry`); the next one may be."""
+        calls = self.parser.tool_calls
+        for call in calls:
+            if call.name not in self._tool_schemas:
+                problem: str | None = "not one of the request's tools"
+            else:
+                problem = arguments_error(_json(call.arguments), self._tool_schemas[call.name])
+            if problem is not None:
+                self._tool_complaint = f"{call.name}: {problem}"
+                self.parser.retry_tools()
+                if self._on_retry is not None:  # the bridge saw the calls of its tools
+                    self._on_retry(sum(call.name in self._tool_schemas for call in calls))
+                return True
+        return False
 
     def _structured(self, result: Mapping[str, Any], schema: Mapping[str, Any]) -> TextDelta:
         """The CLI's structured output as the answer's text, checked against `schema`."""
@@ -260,7 +289,15 @@ class ClaudeTranslator:
         raise exit_failure(self.provider, self.command, status, stderr, detail)
 
     def _error(self, result: Mapping[str, Any]) -> ProviderError:
-        if self._schema is not None and result.get("subtype") == "error_max_turns":
+        out_of_turns = result.get("subtype") == "error_max_turns"
+        if out_of_turns and self._tool_complaint is not None:
+            return ProviderError(
+                Failure.UPSTREAM_ERROR,
+                "claude: the model's tool call is invalid "
+                f"(after one retry: {self._tool_complaint})",
+                provider=self.provider,
+            )
+        if out_of_turns and self._schema is not None:
             complaint = self._schema_complaint or "it answered without the structured output"
             return self._off_schema(f"after one retry: {complaint}")
         status = result.get("api_error_status")
@@ -338,6 +375,13 @@ def _failure(text: str, status: int | None, kind: str | None) -> Failure:
     if status is None and "timed out" in text.lower():
         return Failure.TIMEOUT
     return Failure.UPSTREAM_ERROR
+
+
+def _json(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
 
 
 def _tool_error(doc: Mapping[str, Any]) -> str | None:
