@@ -9,6 +9,7 @@ No CLI process may outlive a request (the process table is read after each).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -65,15 +66,19 @@ def beta() -> Iterator[FakeUpstream]:
         yield up
 
 
+def config(claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream) -> dict[str, Any]:
+    """Chain `chat`: the real CLI, then `beta`; chain `solo`: the real CLI alone."""
+    env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": "sk-ant-fake"}
+    conf = real_cli_config("claude", claude, env, beta, provider={"consent": True})
+    conf["routing"]["chains"]["solo"] = [{"provider": "real", "model": claude.model}]
+    return conf
+
+
 @pytest.fixture
 def olp(
     tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
 ) -> Iterator[ThreadServer]:
-    env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": "sk-ant-fake"}
-    solo = {"solo": [{"provider": "real", "model": claude.model}]}
-    conf = real_cli_config("claude", claude, env, beta, provider={"consent": True})
-    conf["routing"]["chains"].update(solo)
-    with olp_server(tmp_path, conf) as server:
+    with olp_server(tmp_path, config(claude, upstream, beta)) as server:
         yield server
     assert claude_processes(claude) == []  # shutdown left none either
 
@@ -400,3 +405,26 @@ def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
     assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
     assert len(model_requests(upstream)) == 2
     assert no_claude_left(claude)
+
+
+def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    upstream.script(Hang(60))
+    body = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
+    headers = {"authorization": f"Bearer {OWNER_TOKEN}"}
+
+    def ask(server: ThreadServer) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(
+                f"{server.base_url}/v1/chat/completions", json=body, headers=headers, timeout=60
+            )
+
+    with olp_server(tmp_path, config(claude, upstream, beta)) as server:
+        thread = threading.Thread(target=ask, args=(server,))
+        thread.start()
+        assert upstream.wait_for(lambda: upstream.calls == 1, timeout=30)
+        assert claude_processes(claude)
+    # Leaving the block shut OLP down with the CLI waiting on the upstream.
+    assert no_claude_left(claude, within_s=15)
+    thread.join(30)

@@ -8,6 +8,7 @@ Real OLP, the fake qwen CLI (no client tools) and a FakeUpstream behind openai-h
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,12 @@ def record(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def olp(tmp_path: Path, record: Path, beta: FakeUpstream) -> Iterator[ThreadServer]:
+    with olp_server(tmp_path, config(tmp_path, record, beta)) as server:
+        yield server
+
+
+def config(tmp_path: Path, record: Path, beta: FakeUpstream) -> dict[str, Any]:
+    """Chain `chat`: the fake qwen CLI, then `beta`; chain `solo`: the CLI alone."""
     bin_dir = install(tmp_path / "bin", "qwen")
     cli = {
         "type": "qwen-cli",
@@ -40,7 +47,7 @@ def olp(tmp_path: Path, record: Path, beta: FakeUpstream) -> Iterator[ThreadServ
         "env": fake_env(record, "success_stream_json_partial_bare_notools"),
         "consent": True,
     }
-    config = {
+    return {
         "providers": {
             "cli": cli,
             "beta": {"type": "openai-http", "base_url": beta.openai_base_url},
@@ -56,8 +63,6 @@ def olp(tmp_path: Path, record: Path, beta: FakeUpstream) -> Iterator[ThreadServ
         },
         "cache": {"enabled": False},
     }
-    with olp_server(tmp_path, config) as server:
-        yield server
 
 
 def post(server: ThreadServer, **body: Any) -> httpx.Response:
@@ -81,6 +86,20 @@ def test_a_cli_without_client_tools_is_skipped_and_the_next_hop_answers(
     assert hop["message"] == "cli cannot honour `tools`"
     assert records(record) == []  # the CLI never ran
     assert beta.requests[-1].json["tools"][0]["function"]["name"] == "get_weather"
+
+
+def test_the_skip_is_in_the_ledger(tmp_path: Path, record: Path, beta: FakeUpstream) -> None:
+    with olp_server(tmp_path, config(tmp_path, record, beta)) as server:
+        assert post(server, tools=TOOLS).status_code == 200
+    conn = sqlite3.connect(tmp_path / "olp-home" / "ledger.db")
+    attempts = conn.execute(
+        "SELECT provider, outcome, code, trigger FROM ledger_attempts ORDER BY hop"
+    ).fetchall()
+    conn.close()
+    assert attempts == [
+        ("cli", "skipped", "UNSUPPORTED", "skip"),
+        ("beta", "served", None, None),
+    ]
 
 
 def test_tools_the_model_may_not_call_need_no_tool_support(
