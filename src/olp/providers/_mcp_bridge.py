@@ -5,8 +5,8 @@ For a request with `tools`, OLP serves exactly those tools (names, descriptions,
 schemas) over MCP's streamable HTTP transport, and the CLI is started with that server as
 its only one:
 
-    async with bridge.serve(request.tools) as url:
-        ... start the CLI with `url` in its MCP config ...
+    async with bridge.serve(request.tools) as run:
+        ... start the CLI with `run.url` in its MCP config ...
 
 - One loopback listener per provider, started on first use; each run gets its own path
   under a fresh 192-bit secret, written only into the child's private (0700) home, and
@@ -37,6 +37,7 @@ from mcp.server.lowlevel.server import Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
+from olp.errors import Failure, ProviderError
 from olp.ir import Tool
 from olp.observability import event_logger
 from olp.providers._json_schema import arguments_error
@@ -147,7 +148,8 @@ class _QuietServer(uvicorn.Server):
 class ToolBridge:
     """Serves each run's tools on one loopback listener; see the module docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
         self._runs: dict[str, BridgedRun] = {}
         self._hosts: set[asyncio.Task[None]] = set()
         self._server: _QuietServer | None = None
@@ -157,7 +159,10 @@ class ToolBridge:
 
     @contextlib.asynccontextmanager
     async def serve(self, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
-        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs."""
+        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs.
+
+        Raises `ProviderError` (SPAWN_FAILED) if the bridge cannot start.
+        """
         port = await self._listening()
         run = BridgedRun(tools)
         secret = secrets.token_urlsafe(24)
@@ -165,8 +170,11 @@ class ToolBridge:
         self._hosts.add(host)
         host.add_done_callback(self._hosts.discard)
         try:
-            async with asyncio.timeout(_STARTUP_S):
-                await run.ready.wait()
+            try:
+                async with asyncio.timeout(_STARTUP_S):
+                    await run.ready.wait()
+            except TimeoutError as exc:
+                raise self._failed("its MCP session manager did not start") from exc
             self._runs[secret] = run
             run.url = f"http://127.0.0.1:{port}/{secret}/mcp"
             yield run
@@ -190,8 +198,16 @@ class ToolBridge:
     async def _listening(self) -> int:
         async with self._lock:
             if self._serving is None or self._serving.done():
-                await self._start()
+                try:
+                    await self._start()
+                except (OSError, TimeoutError) as exc:
+                    raise self._failed(f"its loopback listener did not start ({exc!r})") from exc
             return self._port
+
+    def _failed(self, why: str) -> ProviderError:
+        return ProviderError(
+            Failure.SPAWN_FAILED, f"the MCP tool bridge failed: {why}", provider=self._provider
+        )
 
     async def _start(self) -> None:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

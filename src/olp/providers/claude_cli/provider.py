@@ -51,7 +51,7 @@ class ClaudeCliProvider(CliProvider):
             # The MCP SDK takes a second or more to import: only a request with tools pays.
             from olp.providers._mcp_bridge import ToolBridge
 
-            self._bridge = ToolBridge()
+            self._bridge = ToolBridge(self.name)
         return self._bridge
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
