@@ -148,6 +148,8 @@ class CliProvider:
     ) -> ProviderHealth:
         """`credentials: <found>`, or `credentials: none (<missing>)` with `fix`."""
         checks.append(f"credentials: {found or f'none ({missing})'}")
+        if found is not None:
+            checks.append(self._tools_check())
         return ProviderHealth(
             ok=found is not None, checks=tuple(checks), fix=None if found else fix
         )
