@@ -318,7 +318,8 @@ def test_the_child_gets_argv_stdin_env_cwd_and_home_and_nothing_else(
     ]
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {}}}]
     with rig.server("claude", "success_stream_json_partial") as olp:
-        resp = post(olp, messages=messages, tools=tools)
+        # tool_choice "none": the tools are not offered (with tools, see test_real_claude_tools)
+        resp = post(olp, messages=messages, tools=tools, tool_choice="none")
     assert resp.status_code == 200
     [run] = rig.runs()
     meta = json.loads((FIXTURES / "claude" / "success_stream_json_partial.meta.json").read_text())

@@ -185,6 +185,9 @@ class Failure(enum.StrEnum):
     SOFT_TRIGGER = "SOFT_TRIGGER"
     SHARE_SPENT = "SHARE_SPENT"
     COOLDOWN = "COOLDOWN"
+    # The provider cannot honour a feature the request asks for (tools, tool_choice,
+    # response_format): skipped without a call, never answered without it.
+    UNSUPPORTED = "UNSUPPORTED"
     AUTH_FAILED = "AUTH_FAILED"
     INVALID_REQUEST = "INVALID_REQUEST"
 

@@ -23,6 +23,7 @@ from olp.ir import (
     ResponseFormat,
     TextDelta,
     Tool,
+    ToolCallDelta,
     Usage,
 )
 from olp.providers._claude_stream import RateLimitInfo
@@ -293,18 +294,68 @@ def test_invocation_options_passed_through_env() -> None:
     assert "hi" not in inv.args
 
 
-def test_json_schema_becomes_a_system_instruction() -> None:
+def test_json_schema_goes_to_the_clis_own_option_with_one_retry_turn() -> None:
     schema = {"name": "answer", "schema": {"type": "object", "required": ["n"]}}
     inv = build_invocation(
-        request(
-            Message("user", "2+2?"),
-            response_format=ResponseFormat("json_schema", schema),
-        ),
+        request(Message("user", "2+2?"), response_format=ResponseFormat("json_schema", schema)),
         Timeouts(),
     )
-    system = inv.args[-1]
-    assert system.startswith("Respond with a single valid JSON object that conforms")
-    assert '{"required":["n"],"type":"object"}' in system
+    args = list(inv.args)
+    assert args[args.index("--json-schema") + 1] == '{"type":"object","required":["n"]}'
+    assert args[args.index("--max-turns") + 1] == "2"
+    assert args[args.index("--system-prompt") + 1] == DEFAULT_SYSTEM_PROMPT  # no instruction
+
+
+def test_json_object_is_any_object() -> None:
+    inv = build_invocation(
+        request(Message("user", "2+2?"), response_format=ResponseFormat("json_object")),
+        Timeouts(),
+    )
+    assert inv.args[inv.args.index("--json-schema") + 1] == '{"type":"object"}'
+
+
+def structured(lines: list[dict[str, Any]], schema: dict[str, Any]) -> list[Event]:
+    tr = ClaudeTranslator("claude", lambda: NOW, schema=schema)
+    events: list[Event] = []
+    for doc in lines:
+        events.extend(tr.feed(json.dumps(doc).encode()))
+    return [*events, *tr.end(None, "")]
+
+
+N_SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+PROSE = {"type": "stream_event", "event": {"type": "content_block_delta", "delta": {
+    "type": "text_delta", "text": "Let me answer."}}}  # fmt: skip
+
+
+def test_the_structured_output_is_the_answer_and_prose_is_not() -> None:
+    result = {"type": "result", "subtype": "success", "is_error": False,
+              "stop_reason": "tool_use", "structured_output": {"n": 4}}  # fmt: skip
+    events = structured([PROSE, result], N_SCHEMA)
+    assert events[0] == TextDelta('{"n":4}')
+    assert events[-1] == Finish("stop")
+    assert text_of(events) == '{"n":4}'
+
+
+def test_structured_output_off_the_schema_is_an_error_naming_the_problem() -> None:
+    result = {"type": "result", "subtype": "success", "is_error": False,
+              "structured_output": {"n": "four"}}  # fmt: skip
+    with pytest.raises(ProviderError) as caught:
+        structured([result], N_SCHEMA)
+    assert caught.value.failure is Failure.UPSTREAM_ERROR
+    assert "/n: 'four' is not of type 'integer'" in caught.value.message
+
+
+def test_out_of_turns_after_a_schema_complaint_says_what_was_wrong() -> None:
+    complaint = {"type": "user", "message": {"role": "user", "content": [{
+        "type": "tool_result", "is_error": True, "tool_use_id": "t",
+        "content": "Output does not match required schema: /n: must be integer"}]}}  # fmt: skip
+    result = {"type": "result", "subtype": "error_max_turns", "is_error": True}
+    with pytest.raises(ProviderError) as caught:
+        structured([complaint, result], N_SCHEMA)
+    assert caught.value.message == (
+        "claude: the answer does not match the response_format schema (after one retry: "
+        "Output does not match required schema: /n: must be integer)"
+    )
 
 
 def test_huge_system_prompt_moves_to_stdin() -> None:
@@ -318,17 +369,104 @@ def test_huge_system_prompt_moves_to_stdin() -> None:
 def test_plugin_declares_what_it_drops() -> None:
     assert plugin.type == "claude-cli"
     assert "temperature" in DROPS
-    assert "tools (client-side function calling)" in DROPS
+    assert "tools (client-side function calling)" not in DROPS  # bridged over MCP
     provider = plugin.factory(ProviderConfig("claude", "claude-cli"))
-    assert provider.capabilities.tools is False
+    assert provider.capabilities.tools is True
+    assert provider.capabilities.tool_choices == {"auto", "none"}
     assert provider.capabilities.streaming == "token"
     assert provider.capabilities.drops == DROPS
     assert provider.quota() is None
 
 
-def test_tools_in_a_request_are_not_sent() -> None:
+def test_tools_without_a_bridge_are_not_sent() -> None:
     inv = build_invocation(
-        request(Message("user", "weather?"), tools=(Tool("get_weather"),)), Timeouts()
+        request(Message("user", "weather?"), tools=(Tool("get_weather"),), tool_choice="none"),
+        Timeouts(),
     )
     assert b"get_weather" not in inv.stdin
     assert not any("get_weather" in a for a in inv.args)
+    assert inv.home_files == {}
+
+
+def test_bridged_tools_are_the_only_mcp_server_and_the_only_allowed_tools() -> None:
+    tools = (Tool("get_weather"), Tool("get_time"))
+    config = b'{"mcpServers":{"olp":{"type":"http","url":"http://127.0.0.1:1/s/mcp"}}}'
+    inv = build_invocation(request(Message("user", "weather?"), tools=tools), Timeouts(), config)
+    args = list(inv.args)
+    assert args[args.index("--tools") + 1] == ""  # every built-in tool stays off
+    assert "--strict-mcp-config" in args
+    # One turn to answer, one more after arguments off the schema; a model that keeps
+    # calling a missing tool ends there.
+    assert args[args.index("--max-turns") + 1] == "2"
+    assert args[args.index("--mcp-config") + 1] == "../home/.olp-mcp.json"
+    assert args[args.index("--allowedTools") + 1 :] == [
+        "mcp__olp__get_weather",
+        "mcp__olp__get_time",
+    ]
+    assert inv.home_files == {".olp-mcp.json": config}  # the secret URL is not in argv
+    assert b"127.0.0.1" not in b"".join(a.encode() for a in args)
+
+
+def tool_replay(**kw: Any) -> tuple[list[Event], ClaudeTranslator, int]:
+    """The real CLI's output for two bridged tool calls (captured with the real 2.1.197)."""
+    tr = ClaudeTranslator("claude", lambda: NOW, tools=True, **kw)
+    lines = (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines()
+    events: list[Event] = []
+    read = 0
+    for line in lines:
+        read += 1
+        events.extend(tr.feed(line))
+        if tr.done:
+            break
+    return [*events, *tr.end(None, "")], tr, read
+
+
+def test_bridged_tool_calls_are_the_answer_under_the_clients_names() -> None:
+    events, _, read = tool_replay()
+    lines = (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines()
+    assert read == len(lines)  # done at message_stop: the CLI is not left to call them
+    assert events == [
+        ToolCallDelta(0, "toolu_fake_0", "get_weather", '{"city":"Paris"}'),
+        ToolCallDelta(1, "toolu_fake_1", "get_time", '{"tz":"CET"}'),
+        Usage(prompt_tokens=12, completion_tokens=7),
+        Finish("tool_calls"),
+    ]
+
+
+def test_parallel_tool_calls_false_answers_the_first_call_only() -> None:
+    events, _, _ = tool_replay(parallel_tool_calls=False)
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert calls == [ToolCallDelta(0, "toolu_fake_0", "get_weather", '{"city":"Paris"}')]
+    assert events[-1] == Finish("tool_calls")
+
+
+def test_without_a_bridge_tool_use_blocks_are_not_client_tool_calls() -> None:
+    tr = ClaudeTranslator("claude", lambda: NOW)
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        assert not [e for e in tr.feed(line) if isinstance(e, ToolCallDelta)]
+    assert not tr.done
+
+
+def test_a_turn_with_arguments_off_the_schema_is_not_the_answer() -> None:
+    retried: list[int] = []
+    schemas = {
+        "get_weather": {"type": "object", "properties": {"city": {"type": "integer"}}},
+        "get_time": None,
+    }
+    tr = ClaudeTranslator(
+        "claude", lambda: NOW, tools=True, tool_schemas=schemas, on_retry=retried.append
+    )
+    events: list[Event] = []
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        events.extend(tr.feed(line))
+    assert not tr.done  # reading on: the model was told, its next turn may answer
+    assert not [e for e in events if isinstance(e, ToolCallDelta)]
+    assert retried == [2]  # both calls of the turn are let go by the bridge
+    out_of_turns = {"type": "result", "subtype": "error_max_turns", "is_error": True}
+    tr.feed(json.dumps(out_of_turns).encode())
+    with pytest.raises(ProviderError) as caught:
+        tr.end(None, "")
+    assert caught.value.message == (
+        "claude: the model's tool call is invalid (after one retry: "
+        "get_weather: /city: 'Paris' is not of type 'integer')"
+    )

@@ -44,6 +44,13 @@ def test_health_reports_binary_version_and_login(tmp_path: Path, cli: str) -> No
     assert health.checks[1] == f"version: 9.9.9 ({cli}, fake)"
     assert health.checks[2].startswith(f"logged in: yes (~/{LOGIN_FILES[cli]} present")
     assert health.checks[3].startswith("drops: temperature, top_p")
+    assert (
+        health.checks[4]
+        == {
+            "claude": "client tools: yes, over MCP (tool_choice: auto, none)",
+            "qwen": "client tools: no (a request with tools skips this provider)",
+        }[cli]
+    )
     assert not (tmp_path / "rec.jsonl").exists()  # no model was called
 
 

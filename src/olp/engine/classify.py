@@ -32,6 +32,7 @@ _TABLE: dict[Failure, Decision] = {
     # The key used its share of the provider's window; others may still use it.
     Failure.SHARE_SPENT: Decision(fallback=True, cooldown="none"),
     Failure.COOLDOWN: Decision(fallback=True, cooldown="none"),
+    Failure.UNSUPPORTED: Decision(fallback=True, cooldown="none"),
     # The owner must fix credentials; hiding it behind the next hop would hide the problem.
     Failure.AUTH_FAILED: Decision(fallback=False, cooldown="none"),
     # The request itself is wrong: every hop would say so, and each would cost quota.
@@ -39,7 +40,9 @@ _TABLE: dict[Failure, Decision] = {
 }
 
 # Skipped before any request was made.
-SKIPS = frozenset({Failure.SOFT_TRIGGER, Failure.SHARE_SPENT, Failure.COOLDOWN})
+SKIPS = frozenset(
+    {Failure.SOFT_TRIGGER, Failure.SHARE_SPENT, Failure.COOLDOWN, Failure.UNSUPPORTED}
+)
 # Failures that make an exhausted chain a 429 rather than a 503 when they are all there was.
 RATE_OR_QUOTA = frozenset(
     {

@@ -163,6 +163,10 @@ class FallbackEngine:
         if self.arrange is not None:
             chain = self.arrange(chain)
         for hop in chain.hops:
+            refused = _refusal(hop, request)
+            if refused is not None:
+                self._record(request_id, chain, hop, refused, "skip", 0.0, failures)
+                continue
             source = await find_cached(hop, cache)
             if source is None:
                 skip = self._gate(hop) or (gate(hop) if gate is not None else None)
@@ -367,6 +371,8 @@ class FallbackEngine:
 
     def _exhausted(self, failures: list[HopFailure]) -> ChainFailed:
         codes = {f.error.failure for f in failures}
+        if codes == {Failure.UNSUPPORTED}:
+            return _unsupported(failures)
         status = 429 if codes <= RATE_OR_QUOTA else 503
         code = "no_provider_available" if codes <= SKIPS else "all_providers_failed"
         if codes <= SKIPS and Failure.SHARE_SPENT in codes:
@@ -392,6 +398,36 @@ class FallbackEngine:
         if not hints:
             return float(self.default_retry_after_s)
         return max(1.0, min(min(hints), self.max_cooldown_s))
+
+
+def _refusal(hop: Hop, request: ChatRequest) -> ProviderError | None:
+    """A hop whose provider cannot honour the request is skipped, never answered without."""
+    field = hop.provider.capabilities.refusal(request)
+    if field is None:
+        return None
+    return ProviderError(
+        Failure.UNSUPPORTED,
+        f"{hop.name} cannot honour `{field}`",
+        provider=hop.name,
+        param=field,
+    )
+
+
+def _unsupported(failures: list[HopFailure]) -> ChainFailed:
+    """No hop can honour the request: the client's to change, so a 400 naming the field."""
+    fields = sorted({f.error.param or "" for f in failures})
+    names = ", ".join(f.provider for f in failures)
+    shown = ProviderError(
+        Failure.UNSUPPORTED,
+        f"no provider of this model can honour {', '.join(f'`{f}`' for f in fields)} "
+        f"(tried: {names}); see `olp doctor` for what each provider supports",
+        param=fields[0],
+    )
+    failed = ChainFailed(
+        tuple(failures), shown, http_status=400, code="unsupported_request", retry_after=None
+    )
+    failed.type = "invalid_request_error"
+    return failed
 
 
 async def _until_content(stream: AsyncIterator[Event]) -> tuple[list[Event], bool]:

@@ -7,6 +7,12 @@ its text is only emitted where no delta carried it (no partial messages, or the 
 silent non-streaming retry after a stalled stream). Synthetic error messages
 (`model: "<synthetic>"` or a top-level `error`) are never content: they are kept for
 classification. `result` is the terminal event.
+
+With client tools bridged over MCP (`olp.providers._mcp_bridge`), the model's calls of
+them (`tool_use` blocks named `<tool_prefix><name>`) are collected from the finished
+blocks, and the message that made them is the answer: at its `message_stop` they come out
+as `ToolCallDelta`s under the client's own names, and that is terminal too (the CLI
+would go on to call the tools, which only the client may run).
 """
 
 from __future__ import annotations
@@ -14,7 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from olp.ir import Event, ReasoningDelta, TextDelta
+import orjson
+
+from olp.ir import Event, ReasoningDelta, TextDelta, ToolCall, ToolCallDelta, Usage
 from olp.providers._anthropic_messages import finish_reason, usage_from
 
 __all__ = ["ClaudeStreamParser", "RateLimitInfo", "finish_reason", "usage_from"]
@@ -54,7 +62,8 @@ def _is_answer(kind: object, doc: dict[str, Any]) -> bool:
 class ClaudeStreamParser:
     """Feed decoded stdout lines in order; read the outcome off the attributes."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool_prefix: str | None = None) -> None:
+        """`tool_prefix`: how the CLI names bridged client tools (None: no tools bridged)."""
         self.result: dict[str, Any] | None = None
         self.rate_limit: RateLimitInfo | None = None
         # The CLI's synthetic error message: its `error` kind and its text.
@@ -66,6 +75,12 @@ class ClaudeStreamParser:
         # messages (synthetic errors included) and the `result`; not `system/*` lines
         # (init, status, api_retry) or the `rate_limit_event` status.
         self.answer_lines = 0
+        # The bridged tools the model called, in order, and the turn's token counts.
+        self.tool_calls: list[ToolCall] = []
+        self.tools_called = False
+        self.tool_usage: Usage | None = None
+        self._tool_prefix = tool_prefix
+        self._input_tokens = 0
         self._message_id = ""
         # Per message id and kind ("text"/"thinking"): what deltas carried, and what the
         # `assistant` events (one per content block) have shown so far.
@@ -88,7 +103,11 @@ class ClaudeStreamParser:
 
     @property
     def done(self) -> bool:
-        return self.result is not None
+        return self.result is not None or self.tools_called
+
+    def retry_tools(self) -> None:
+        """The last turn's tool calls are not the answer: read on for the next turn's."""
+        self.tool_calls, self.tools_called, self.tool_usage = [], False, None
 
     def _stream_event(self, event: object) -> list[Event]:
         if not isinstance(event, dict):
@@ -98,12 +117,24 @@ class ClaudeStreamParser:
             message = event.get("message")
             if isinstance(message, dict) and isinstance(message.get("id"), str):
                 self._message_id = message["id"]
+            if isinstance(message, dict):
+                self._input_tokens = _tokens(message.get("usage"), "input_tokens")
         elif kind == "content_block_delta":
             return self._delta(event.get("delta"))
         elif kind == "message_delta":
             delta = event.get("delta")
             if isinstance(delta, dict) and isinstance(delta.get("stop_reason"), str):
                 self.stop_reason = delta["stop_reason"]
+            if self.tool_calls:
+                output = _tokens(event.get("usage"), "output_tokens")
+                self.tool_usage = Usage(prompt_tokens=self._input_tokens, completion_tokens=output)
+        elif kind == "message_stop" and self.tool_calls and not self.tools_called:
+            self.tools_called = True
+            self.content_seen = True
+            return [
+                ToolCallDelta(index, call.id, call.name, call.arguments)
+                for index, call in enumerate(self.tool_calls)
+            ]
         return []
 
     def _delta(self, delta: object) -> list[Event]:
@@ -138,10 +169,22 @@ class ClaudeStreamParser:
         events: list[Event] = []
         for block in texts:
             kind = block.get("type")
+            if kind == "tool_use":
+                self._tool_use(block)
+                continue
             value = block.get("text") if kind == "text" else block.get("thinking")
             if kind in ("text", "thinking") and isinstance(value, str):
                 events.extend(self._catch_up(msg_id, kind, value))
         return events
+
+    def _tool_use(self, block: dict[str, Any]) -> None:
+        prefix, name, call_id = self._tool_prefix, block.get("name"), block.get("id")
+        if prefix is None or not isinstance(name, str) or not name.startswith(prefix):
+            return  # not a client tool: the CLI refuses it itself
+        if not isinstance(call_id, str) or not call_id:
+            call_id = f"call_{len(self.tool_calls)}"
+        arguments = orjson.dumps(block.get("input") or {}).decode()
+        self.tool_calls.append(ToolCall(call_id, name[len(prefix) :], arguments))
 
     def _catch_up(self, msg_id: str, kind: str, value: str) -> list[Event]:
         """Emit what this finished block has that no delta carried."""
@@ -157,3 +200,8 @@ class ClaudeStreamParser:
         self._streamed[key] = self._streamed.get(key, "") + text
         self.content_seen = True
         return [TextDelta(text) if key[1] == "text" else ReasoningDelta(text)]
+
+
+def _tokens(usage: object, key: str) -> int:
+    value = usage.get(key) if isinstance(usage, dict) else None
+    return value if isinstance(value, int) and value >= 0 else 0

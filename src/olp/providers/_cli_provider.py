@@ -6,8 +6,9 @@
             self.capabilities = self._capabilities(translate.DROPS)
 
 A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in common (no
-tools, no sampling, JSON mode as an instruction, the runner's concurrency), reports no
-quota unless the provider overrides `quota()`, and kills its children in `aclose()`.
+client tools unless the CLI bridges them, no sampling, JSON mode as an instruction, the
+runner's concurrency), reports no quota unless the provider overrides `quota()`, and
+kills its children in `aclose()`.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -67,10 +68,14 @@ class CliProvider:
         vision: bool = False,
         quota_signals: tuple[str, ...] = (),
         reports_cost: bool = False,
+        tool_choices: frozenset[str] = frozenset(),
     ) -> Capabilities:
+        """`tool_choices`: what the CLI honours of client tools through the MCP bridge
+        (none: it cannot take client tools at all)."""
         return Capabilities(
             streaming=streaming,
-            tools=False,
+            tools=bool(tool_choices),
+            tool_choices=tool_choices,
             vision=vision,
             json_mode=True,  # as an instruction in the system prompt
             sampling=False,
@@ -128,13 +133,23 @@ class CliProvider:
             return ProviderHealth(False, tuple(checks), fix, latency)
         checks.append(f"logged in: yes ({source}{detail})")
         checks.append("drops: " + ", ".join(self.capabilities.drops))
+        checks.append(self._tools_check())
         return ProviderHealth(True, tuple(checks), None, latency)
+
+    def _tools_check(self) -> str:
+        """What `olp doctor` says of client tools (a request it cannot honour skips it)."""
+        choices = self.capabilities.tool_choices
+        if not self.capabilities.tools:
+            return "client tools: no (a request with tools skips this provider)"
+        return "client tools: yes, over MCP (tool_choice: " + ", ".join(sorted(choices)) + ")"
 
     def _credentials(
         self, checks: list[str], found: str | None, *, missing: str, fix: str
     ) -> ProviderHealth:
         """`credentials: <found>`, or `credentials: none (<missing>)` with `fix`."""
         checks.append(f"credentials: {found or f'none ({missing})'}")
+        if found is not None:
+            checks.append(self._tools_check())
         return ProviderHealth(
             ok=found is not None, checks=tuple(checks), fix=None if found else fix
         )

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 from olp.config.model import ProviderConfig
-from olp.ir import ChatRequest, Event
+from olp.ir import ChatRequest, Event, NamedToolChoice
 from olp.registry.known import KnownApi, KnownCli
 
 __all__ = [
@@ -33,7 +33,10 @@ __all__ = [
 class Capabilities:
     # "token": content arrives as the model writes it; "message": in one piece at the end.
     streaming: Literal["token", "message"] = "token"
+    # Client-side tools (function calling), and which `tool_choice` values come with them
+    # ("named": one function by name).
     tools: bool = True
+    tool_choices: frozenset[str] = frozenset({"auto", "none", "required", "named"})
     vision: bool = True
     json_mode: bool = True
     sampling: bool = True
@@ -50,6 +53,24 @@ class Capabilities:
     # Every answer's usage carries the provider's own cost figure (Claude Code's
     # `total_cost_usd`): its hops are priced without a price table (keys with a USD budget).
     reports_cost: bool = False
+
+    def refusal(self, request: ChatRequest) -> str | None:
+        """The request field this provider cannot honour (so must not answer), or None.
+
+        Tools with `tool_choice: "none"` are honoured by any provider: the model may not
+        call them, so leaving them out changes nothing.
+        """
+        choice = request.tool_choice
+        if request.tools and choice != "none":
+            if not self.tools:
+                return "tools"
+            kind = "named" if isinstance(choice, NamedToolChoice) else (choice or "auto")
+            if kind not in self.tool_choices:
+                return "tool_choice"
+        format_ = request.response_format
+        if format_ is not None and format_.type != "text" and not self.json_mode:
+            return "response_format"
+        return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
@@ -12,6 +13,9 @@ from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
 from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 
 __all__ = ["ClaudeCliProvider"]
 
@@ -25,17 +29,52 @@ class ClaudeCliProvider(CliProvider):
         )
         # Subscription runs report the rolling 5-hour window (rate_limit_event).
         self.capabilities = self._capabilities(
-            translate.DROPS, quota_signals=("five_hour",), reports_cost=True
+            translate.DROPS,
+            quota_signals=("five_hour",),
+            reports_cost=True,
+            tool_choices=frozenset({"auto", "none"}),
         )
+        self._bridge: ToolBridge | None = None
         self._rate_limit: RateLimitInfo | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        invocation = translate.build_invocation(request, self._config.timeouts)
+        if not translate.bridges_tools(request):
+            async for event in self._run(request, None):
+                yield event
+            return
+        async with self._tool_bridge().serve(request.tools) as run:
+            async for event in self._run(request, run):
+                yield event
+
+    def _tool_bridge(self) -> ToolBridge:
+        if self._bridge is None:
+            # The MCP SDK takes a second or more to import: only a request with tools pays.
+            from olp.providers._mcp_bridge import ToolBridge
+
+            self._bridge = ToolBridge(self.name)
+        return self._bridge
+
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+        config = None if run is None else translate.mcp_config(run.url)
+        invocation = translate.build_invocation(request, self._config.timeouts, config)
         translator = translate.ClaudeTranslator(
-            self.name, time.time, self._remember, command=self._runner.command
+            self.name,
+            time.time,
+            self._remember,
+            command=self._runner.command,
+            tools=run is not None,
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            schema=translate.output_schema(request),
+            tool_schemas={tool.name: tool.parameters for tool in request.tools} if run else None,
+            on_retry=None if run is None else run.retry_turn,
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event
+
+    async def aclose(self) -> None:
+        await super().aclose()
+        if self._bridge is not None:
+            await self._bridge.aclose()
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import orjson
 
 from olp.config.model import Timeouts
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish
+from olp.ir import ChatRequest, Event, Finish, TextDelta, ToolCallDelta, json_default
 from olp.observability import event_logger
 from olp.providers._claude_stream import (
     ClaudeStreamParser,
@@ -20,6 +21,7 @@ from olp.providers._claude_stream import (
     usage_from,
 )
 from olp.providers._cli_stream import exit_failure, salvage
+from olp.providers._json_schema import arguments_error, schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -33,8 +35,11 @@ __all__ = [
     "INSTALL_HINT",
     "LOGIN_HINT",
     "ClaudeTranslator",
+    "bridges_tools",
     "build_invocation",
     "classify",
+    "mcp_config",
+    "output_schema",
 ]
 
 log = event_logger("olp.providers.claude_cli")
@@ -48,9 +53,26 @@ LOGIN_HINT = "run `claude` once and log in with /login (or `claude setup-token`)
 # CLIs sharing it corrupt it.
 CREDENTIALS = ((".claude/.credentials.json", ".claude/.credentials.json"),)
 CREDENTIAL_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
-DROPS = (*COMMON_CLI_DROPS, "images", "n > 1")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (*(d for d in COMMON_CLI_DROPS if not d.startswith("tool")), "images", "n > 1")
 # Passed on through the CLI's environment rather than dropped.
 HONOURED = frozenset({"max_tokens", "reasoning_effort"})
+# With client tools bridged: `tool_choice` auto/none and `parallel_tool_calls` are
+# honoured too (none: the tools are not offered; false: only the first call is answered).
+HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
+# The bridge's name in the CLI's MCP config; Claude Code calls its tools mcp__<name>__<tool>.
+MCP_SERVER = "olp"
+TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
+# The bridge's MCP config, written into the private HOME; the CLI runs in a sibling
+# directory (`_sandbox`), and reads it through this path relative to its cwd.
+MCP_CONFIG_FILE = ".olp-mcp.json"
+_MCP_CONFIG_ARG = f"../home/{MCP_CONFIG_FILE}"
+# With a schema to meet — `response_format` through the CLI's own `--json-schema` (its
+# StructuredOutput tool checks it), or bridged tools' parameters (the bridge checks
+# them) — a mismatch goes back to the model as a tool error for one more try: that try
+# is the second turn.
+_CHECKED_TURNS = "2"
+_ANY_OBJECT: Mapping[str, Any] = {"type": "object"}
 # A single argv string is capped at 128 KiB on Linux: a longer system prompt goes on stdin.
 _MAX_SYSTEM_ARG = 100_000
 _THINKING_BUDGET = {"none": 0, "minimal": 0, "low": 4_000, "medium": 10_000, "high": 31_999}
@@ -69,18 +91,57 @@ _FLAGS = (
 )  # fmt: skip
 
 
-def build_invocation(request: ChatRequest, timeouts: Timeouts) -> CliInvocation:
-    prompt = serialise(request, honoured=HONOURED)
+def mcp_config(url: str) -> bytes:
+    """The `--mcp-config` document naming the bridge's `url` as the only MCP server."""
+    return orjson.dumps({"mcpServers": {MCP_SERVER: {"type": "http", "url": url}}})
+
+
+def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
+    """The JSON Schema the answer must match (`response_format`), or None for free text."""
+    format_ = request.response_format
+    if format_ is None or format_.type == "text":
+        return None
+    spec = format_.json_schema
+    schema = spec.get("schema") if format_.type == "json_schema" and spec else None
+    return schema if isinstance(schema, Mapping) else _ANY_OBJECT
+
+
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def build_invocation(
+    request: ChatRequest, timeouts: Timeouts, mcp_config: bytes | None = None
+) -> CliInvocation:
+    """`mcp_config`: the bridge's config when `bridges_tools(request)`, else None."""
+    schema = output_schema(request)
+    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+    # With a schema, `--json-schema` says it: no instruction in the system prompt.
+    flat = request if schema is None else replace(request, response_format=None)
+    prompt = serialise(flat, honoured=honoured)
     system = prompt.system or DEFAULT_SYSTEM_PROMPT
     stdin = prompt.prompt
     if len(system.encode()) > _MAX_SYSTEM_ARG:
         stdin = f"<system>\n{system}\n</system>\n\n{stdin}"
         system = DEFAULT_SYSTEM_PROMPT
-    args = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    args: tuple[str, ...] = (*_FLAGS, "--model", request.model, "--system-prompt", system)
+    if schema is not None or mcp_config is not None:
+        turns = args.index("--max-turns") + 1
+        args = (*args[:turns], _CHECKED_TURNS, *args[turns + 1 :])
+    if schema is not None:
+        args = (*args, "--json-schema", orjson.dumps(schema, default=json_default).decode())
+    home_files: dict[str, bytes] = {}
+    if mcp_config is not None:
+        # `--allowedTools` takes several values: it goes last but for the prompt on stdin.
+        allowed = [TOOL_PREFIX + tool.name for tool in request.tools]
+        args = (*args, "--mcp-config", _MCP_CONFIG_ARG, "--allowedTools", *allowed)
+        home_files[MCP_CONFIG_FILE] = mcp_config
     return CliInvocation(
         args=args,
         stdin=stdin.encode(),
         env=_env(request, timeouts),
+        home_files=home_files,
         credentials=CREDENTIALS,
     )
 
@@ -112,10 +173,28 @@ class ClaudeTranslator:
         now: Callable[[], float],
         on_rate_limit: Callable[[RateLimitInfo], None] | None = None,
         command: str = DEFAULT_COMMAND,
+        *,
+        tools: bool = False,
+        parallel_tool_calls: bool = True,
+        schema: Mapping[str, Any] | None = None,
+        tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
+        """`tools`: client tools are bridged; `parallel_tool_calls=False`: answer only the
+        model's first call of a turn (the CLI cannot forbid it several); `schema`: the
+        answer is the CLI's structured output, checked against it (`output_schema`);
+        `tool_schemas`: each bridged tool's parameters, which a turn's calls must match,
+        else `on_retry(calls)` and the next turn is read instead."""
         self.provider = provider
         self.command = command
-        self.parser = ClaudeStreamParser()
+        self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
+        self._tool_schemas = tool_schemas or {}
+        self._on_retry = on_retry
+        self._tool_complaint: str | None = None
+        self._parallel = parallel_tool_calls
+        self._schema = schema
+        # The CLI's last word on a structured answer that did not match the schema.
+        self._schema_complaint: str | None = None
         self.unparsable = 0
         self._now = now
         self._on_rate_limit = on_rate_limit
@@ -137,19 +216,67 @@ class ClaudeTranslator:
             return []
         before = self.parser.rate_limit
         events = self.parser.feed(doc)
+        if self._schema is not None:
+            # Text around the structured-output call is not the answer; the call is.
+            events = [e for e in events if not isinstance(e, TextDelta)]
+            self._schema_complaint = _tool_error(doc) or self._schema_complaint
+        if self.parser.tools_called and self._tool_schemas and self._off_tool_schema():
+            events = [e for e in events if not isinstance(e, ToolCallDelta)]
+        if not self._parallel:
+            events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
         info = self.parser.rate_limit
         if info is not None and info is not before and self._on_rate_limit is not None:
             self._on_rate_limit(info)
         return events
 
     def end(self, status: int | None, stderr: str) -> list[Event]:
+        if self.parser.tools_called:
+            usage = self.parser.tool_usage
+            return [usage, Finish("tool_calls")] if usage is not None else [Finish("tool_calls")]
         result = self.parser.result
         if result is None:
             return self._no_result(status, stderr)
         if result.get("is_error") is True:
             raise self._error(result)
         usage = usage_from(result.get("usage"), result.get("total_cost_usd"))
+        if self._schema is not None:
+            return [self._structured(result, self._schema), usage, Finish("stop")]
         return [usage, Finish(finish_reason(result.get("stop_reason") or self.parser.stop_reason))]
+
+    def _off_tool_schema(self) -> bool:
+        """A call of this turn is of no tool of the request, or does not match its tool's
+        parameters: the model was told so (by the CLI or the bridge), and this turn is not
+        the answer (`on_retry`); the next one may be."""
+        calls = self.parser.tool_calls
+        for call in calls:
+            if call.name not in self._tool_schemas:
+                problem: str | None = "not one of the request's tools"
+            else:
+                problem = arguments_error(_json(call.arguments), self._tool_schemas[call.name])
+            if problem is not None:
+                self._tool_complaint = f"{call.name}: {problem}"
+                self.parser.retry_tools()
+                if self._on_retry is not None:  # the bridge saw the calls of its tools
+                    self._on_retry(sum(call.name in self._tool_schemas for call in calls))
+                return True
+        return False
+
+    def _structured(self, result: Mapping[str, Any], schema: Mapping[str, Any]) -> TextDelta:
+        """The CLI's structured output as the answer's text, checked against `schema`."""
+        answer = result.get("structured_output")
+        if answer is None:
+            raise self._off_schema("the CLI gave no structured output")
+        problem = schema_error(answer, schema)
+        if problem is not None:
+            raise self._off_schema(problem)
+        return TextDelta(orjson.dumps(answer).decode())
+
+    def _off_schema(self, problem: str) -> ProviderError:
+        return ProviderError(
+            Failure.UPSTREAM_ERROR,
+            f"claude: the answer does not match the response_format schema ({problem})",
+            provider=self.provider,
+        )
 
     def _no_result(self, status: int | None, stderr: str) -> list[Event]:
         if self.parser.content_seen:
@@ -162,6 +289,17 @@ class ClaudeTranslator:
         raise exit_failure(self.provider, self.command, status, stderr, detail)
 
     def _error(self, result: Mapping[str, Any]) -> ProviderError:
+        out_of_turns = result.get("subtype") == "error_max_turns"
+        if out_of_turns and self._tool_complaint is not None:
+            return ProviderError(
+                Failure.UPSTREAM_ERROR,
+                "claude: the model's tool call is invalid "
+                f"(after one retry: {self._tool_complaint})",
+                provider=self.provider,
+            )
+        if out_of_turns and self._schema is not None:
+            complaint = self._schema_complaint or "it answered without the structured output"
+            return self._off_schema(f"after one retry: {complaint}")
         status = result.get("api_error_status")
         return classify(
             self.provider,
@@ -237,6 +375,24 @@ def _failure(text: str, status: int | None, kind: str | None) -> Failure:
     if status is None and "timed out" in text.lower():
         return Failure.TIMEOUT
     return Failure.UPSTREAM_ERROR
+
+
+def _json(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _tool_error(doc: Mapping[str, Any]) -> str | None:
+    """The text of an `is_error` tool result the CLI gave the model, if `doc` is one."""
+    message = doc.get("message") if doc.get("type") == "user" else None
+    blocks = message.get("content") if isinstance(message, dict) else None
+    for block in blocks if isinstance(blocks, list) else ():
+        if isinstance(block, dict) and block.get("type") == "tool_result" and block.get("is_error"):
+            content = block.get("content")
+            return content[:500] if isinstance(content, str) else None
+    return None
 
 
 def _decode(line: bytes) -> dict[str, Any] | None:

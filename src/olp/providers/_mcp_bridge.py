@@ -1,0 +1,249 @@
+"""A chat request's client tools, offered to a CLI's model as MCP tools served by OLP.
+
+A subscription CLI only lets its model call tools it knows, and every built-in one is off.
+For a request with `tools`, OLP serves exactly those tools (names, descriptions, JSON
+schemas) over MCP's streamable HTTP transport, and the CLI is started with that server as
+its only one:
+
+    async with bridge.serve(request.tools) as run:
+        ... start the CLI with `run.url` in its MCP config ...
+
+- One loopback listener per provider, started on first use; each run gets its own path
+  under a fresh 192-bit secret, written only into the child's private (0700) home, and
+  gone when the run ends: another run, or another local user, cannot reach it.
+- The protocol is the official `mcp` SDK's low-level `Server` (client tools are JSON
+  schemas, not Python functions, which is what the higher-level `MCPServer` registers).
+- The bridge never runs a tool. The provider reads the model's tool calls off the CLI's
+  own output, answers the client with them and ends the child; a call that reaches the
+  bridge meanwhile is held until the run ends, so the CLI cannot move on to another turn.
+- A call whose arguments do not match the tool's schema is answered at once with the
+  problem. The provider, which checks the same, then does not answer the client with that
+  turn but `retry_turn()`s it: the turn's other calls are let go (held ones now, late ones
+  on arrival), the CLI hands the model the errors, and it may call again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import socket
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+import mcp.types as mcp_types
+import uvicorn
+from mcp.server.lowlevel.server import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from olp.errors import Failure, ProviderError
+from olp.ir import Tool
+from olp.observability import event_logger
+from olp.providers._json_schema import arguments_error
+
+__all__ = ["BridgedRun", "ToolBridge"]
+
+log = event_logger("olp.providers.mcp_bridge")
+
+_SERVER_NAME = "olp"
+_EMPTY_SCHEMA = {"type": "object", "properties": {}}
+# What a held call answers if the CLI is still listening when its run ends.
+_NOT_RUN = "OLP does not run tools: the client runs them and sends the result back."
+_RETRY = "Invalid arguments for {name}: {problem}. Call it again with arguments that match."
+_LET_GO = "Not run: another call of this turn had invalid arguments. Make the calls again."
+_STARTUP_S = 5.0
+
+
+class BridgedRun:
+    """One CLI run's MCP server: the tools it lists, the calls it holds."""
+
+    def __init__(self, tools: Sequence[Tool]) -> None:
+        self.tools = [_mcp_tool(tool) for tool in tools]
+        self._schemas = {tool.name: tool.parameters for tool in tools}
+        self.calls: list[str] = []
+        self.ended = asyncio.Event()
+        self.url = ""
+        # Set (and replaced) by `retry_turn()`: the held calls of that turn go.
+        self._let_go = asyncio.Event()
+        self._turn_calls = 0  # calls that reached the bridge in this turn
+        self._owed = 0  # calls of a retried turn that have yet to arrive
+        self.ready = asyncio.Event()
+        server: Server[Any] = Server(
+            _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        self.manager = StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            stateless=True,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*"],
+                allowed_origins=["http://127.0.0.1:*"],
+            ),
+        )
+
+    def retry_turn(self, calls: int) -> None:
+        """The model's turn of `calls` calls is not the answer: let all of them go."""
+        self._owed = max(calls - self._turn_calls, 0)
+        self._turn_calls = 0
+        self._let_go.set()
+        self._let_go = asyncio.Event()
+
+    async def host(self) -> None:
+        """Keep the session manager running until the run ends (in a task of its own)."""
+        async with self.manager.run():
+            self.ready.set()
+            await self.ended.wait()
+
+    async def _list_tools(
+        self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        return mcp_types.ListToolsResult(tools=self.tools)
+
+    async def _call_tool(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        self.calls.append(params.name)
+        late = self._owed > 0
+        if late:
+            self._owed -= 1
+        else:
+            self._turn_calls += 1
+        problem = arguments_error(params.arguments or {}, self._schemas.get(params.name))
+        if problem is not None:
+            return _error(_RETRY.format(name=params.name, problem=problem))
+        if late:
+            return _error(_LET_GO)
+        waiters = {
+            asyncio.ensure_future(self.ended.wait()),
+            asyncio.ensure_future(self._let_go.wait()),
+        }
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+        return _error(_NOT_RUN if self.ended.is_set() else _LET_GO)
+
+
+def _error(text: str) -> mcp_types.CallToolResult:
+    content = mcp_types.TextContent(type="text", text=text)
+    return mcp_types.CallToolResult(content=[content], is_error=True)
+
+
+def _mcp_tool(tool: Tool) -> mcp_types.Tool:
+    schema = dict(tool.parameters) if tool.parameters else dict(_EMPTY_SCHEMA)
+    return mcp_types.Tool(name=tool.name, description=tool.description, input_schema=schema)
+
+
+class _QuietServer(uvicorn.Server):
+    """uvicorn without its signal handlers: OLP's own server owns the process's signals."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ToolBridge:
+    """Serves each run's tools on one loopback listener; see the module docstring."""
+
+    def __init__(self, provider: str) -> None:
+        self._provider = provider
+        self._runs: dict[str, BridgedRun] = {}
+        self._hosts: set[asyncio.Task[None]] = set()
+        self._server: _QuietServer | None = None
+        self._serving: asyncio.Task[None] | None = None
+        self._port = 0
+        self._lock = asyncio.Lock()
+
+    @contextlib.asynccontextmanager
+    async def serve(self, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
+        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs.
+
+        Raises `ProviderError` (SPAWN_FAILED) if the bridge cannot start.
+        """
+        port = await self._listening()
+        run = BridgedRun(tools)
+        secret = secrets.token_urlsafe(24)
+        host = asyncio.create_task(run.host())
+        self._hosts.add(host)
+        host.add_done_callback(self._hosts.discard)
+        try:
+            try:
+                async with asyncio.timeout(_STARTUP_S):
+                    await run.ready.wait()
+            except TimeoutError as exc:
+                raise self._failed("its MCP session manager did not start") from exc
+            self._runs[secret] = run
+            run.url = f"http://127.0.0.1:{port}/{secret}/mcp"
+            yield run
+        finally:
+            self._runs.pop(secret, None)
+            run.ended.set()
+            if run.calls:
+                log.debug("mcp_calls_held", tools=run.calls)
+
+    async def aclose(self) -> None:
+        for run in self._runs.values():
+            run.ended.set()
+        if self._hosts:
+            await asyncio.wait(set(self._hosts), timeout=_STARTUP_S)
+        server, serving = self._server, self._serving
+        self._server = self._serving = None
+        if server is not None and serving is not None:
+            server.should_exit = True
+            await asyncio.wait({serving}, timeout=_STARTUP_S)
+
+    async def _listening(self) -> int:
+        async with self._lock:
+            if self._serving is None or self._serving.done():
+                try:
+                    await self._start()
+                except (OSError, TimeoutError) as exc:
+                    raise self._failed(f"its loopback listener did not start ({exc!r})") from exc
+            return self._port
+
+    def _failed(self, why: str) -> ProviderError:
+        return ProviderError(
+            Failure.SPAWN_FAILED, f"the MCP tool bridge failed: {why}", provider=self._provider
+        )
+
+    async def _start(self) -> None:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self._port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self._dispatch,
+            interface="asgi3",
+            lifespan="off",
+            log_config=None,
+            access_log=False,
+            log_level="warning",
+        )
+        server = _QuietServer(config)
+        self._server = server
+        self._serving = asyncio.create_task(server.serve(sockets=[sock]))
+        async with asyncio.timeout(_STARTUP_S):
+            while not server.started:
+                if self._serving.done():
+                    self._serving.result()  # raises what stopped it
+                await asyncio.sleep(0.005)
+
+    async def _dispatch(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        parts = str(scope["path"]).split("/")
+        run = self._runs.get(parts[1]) if len(parts) == 3 and parts[2] == "mcp" else None
+        if run is None:
+            await send({"type": "http.response.start", "status": 404, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        try:
+            await run.manager.handle_request(scope, receive, send)
+        except asyncio.CancelledError:
+            # A held call whose run ended: the session manager cancelled it, and the CLI
+            # that made it is gone. Anything else is a real cancellation.
+            if not run.ended.is_set():
+                raise
