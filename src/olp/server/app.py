@@ -31,7 +31,7 @@ from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
-from olp.server.chat import chat_completions
+from olp.server.chat import serve
 from olp.server.context import AppContext
 from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
@@ -45,7 +45,7 @@ from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
 from olp.server.routes import health, list_models
 from olp.server.status_api import management_status
-from olp.wire.openai_chat import error_body
+from olp.wire.openai_chat import OpenAIChat, error_body
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
 
@@ -55,9 +55,10 @@ log = event_logger("olp.server")
 _REQUESTS_END_S = 5.0
 
 Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
+_chat_completions = serve(OpenAIChat())
 _ROUTES: dict[str, dict[str, Handler]] = {
-    "/v1/chat/completions": {"POST": chat_completions},
-    "/chat/completions": {"POST": chat_completions},
+    "/v1/chat/completions": {"POST": _chat_completions},
+    "/chat/completions": {"POST": _chat_completions},
     "/v1/models": {"GET": list_models},
     "/models": {"GET": list_models},
     "/health": {"GET": health},

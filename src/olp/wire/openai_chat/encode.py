@@ -136,6 +136,9 @@ class ChunkEncoder:
         self._usage = event
         return b""
 
+    def start(self) -> bytes:
+        return b""  # Chat Completions has no opening frame: the first chunk starts it
+
     def done(self) -> bytes:
         """The end of the stream: the usage chunk when asked for, then `[DONE]`."""
         if not self._include_usage:
