@@ -17,6 +17,8 @@ __all__ = [
     "JSONValue",
     "Message",
     "NamedToolChoice",
+    "Passthrough",
+    "ReasoningPart",
     "ResponseFormat",
     "Role",
     "TextPart",
@@ -56,6 +58,16 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    """A block of an assistant's earlier thinking, sent back as the upstream sealed it
+    (see `ReasoningDelta`): `text` with its `signature`, or `encrypted` alone."""
+
+    text: str
+    signature: str | None = None
+    encrypted: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: Role
     # Text-only content keeps its plain string form; mixed content is a tuple of parts.
@@ -63,6 +75,10 @@ class Message:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # An assistant's thinking before its content, when the client sent it back.
+    reasoning: tuple[ReasoningPart, ...] = ()
+    # A tool result that reports the tool's failure.
+    is_error: bool = False
 
     def text(self) -> str:
         """The message's text parts joined; images are left out."""
@@ -97,6 +113,20 @@ class ResponseFormat:
 
 
 @dataclass(frozen=True, slots=True)
+class Passthrough:
+    """What a client's wire said that the IR does not model, kept for an upstream that
+    speaks the same wire: top-level body fields and request headers, as sent.
+
+    Only a provider whose API is that wire (`wire` names it, as `Dialect.name` does) reads
+    it; every other provider ignores it, and documents which fields it loses.
+    """
+
+    wire: str
+    fields: Mapping[str, JSONValue] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     model: str
     messages: tuple[Message, ...]
@@ -117,6 +147,7 @@ class ChatRequest:
     # Sampling and output options OLP does not interpret (frequency_penalty, logit_bias,
     # reasoning_effort, ...). OpenAI-compatible providers forward them; others drop them.
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
+    passthrough: Passthrough | None = None
 
     def with_model(self, model: str) -> ChatRequest:
         # Most chains send the requested model name on, and `replace` rebuilds every field

@@ -37,6 +37,7 @@ from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
+from olp.server.messages import count_tokens, messages
 from olp.server.meta import header_value
 from olp.server.metrics_api import metrics_endpoint
 from olp.server.observers import limit_usage, record_usage, window_usage
@@ -59,6 +60,8 @@ _chat_completions = serve(OpenAIChat())
 _ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/chat/completions": {"POST": _chat_completions},
     "/chat/completions": {"POST": _chat_completions},
+    "/v1/messages": {"POST": messages},
+    "/v1/messages/count_tokens": {"POST": count_tokens},
     "/v1/models": {"GET": list_models},
     "/models": {"GET": list_models},
     "/health": {"GET": health},
@@ -262,7 +265,7 @@ def _route(method: str, path: str) -> Handler:
     if methods is None:
         raise NotFound(
             f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
-            "/v1/models and /health."
+            "/v1/messages, /v1/models and /health."
         )
     handler = methods.get(method)
     if handler is None:

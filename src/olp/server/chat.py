@@ -27,7 +27,7 @@ from olp.server.outcome import RequestOutcome
 from olp.server.share_gate import share_gate
 from olp.wire.dialect import Dialect, StreamEncoder
 
-__all__ = ["DialectHandler", "handle", "serve"]
+__all__ = ["DialectHandler", "handle", "read_json_body", "serve"]
 
 log = event_logger("olp.server")
 
@@ -104,15 +104,7 @@ async def handle(ctx: AppContext, req: Request, send: Send, dialect: Dialect) ->
     ctx.metrics.request_started()
     try:
         identity = ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
-        content_type = req.header(b"content-type") or b""
-        if b"application/json" not in content_type.lower():
-            raise UnsupportedMediaType(
-                "Content-Type must be application/json "
-                f"(got {content_type.decode('latin-1') or 'none'!r}); "
-                "with curl, add -H 'Content-Type: application/json'."
-            )
-        server = ctx.config.server
-        body = await req.body(server.max_body_bytes, server.body_timeout_s)
+        body = await read_json_body(ctx, req)
         request = dialect.parse(body)
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
@@ -150,6 +142,19 @@ async def handle(ctx: AppContext, req: Request, send: Send, dialect: Dialect) ->
             ctx.limits.release(ex.holding)
         ctx.metrics.request_ended()
         _finished(ex)
+
+
+async def read_json_body(ctx: AppContext, req: Request) -> bytes:
+    """The request's body, once its content type is JSON, within the server's limits."""
+    content_type = req.header(b"content-type") or b""
+    if b"application/json" not in content_type.lower():
+        raise UnsupportedMediaType(
+            "Content-Type must be application/json "
+            f"(got {content_type.decode('latin-1') or 'none'!r}); "
+            "with curl, add -H 'Content-Type: application/json'."
+        )
+    server = ctx.config.server
+    return await req.body(server.max_body_bytes, server.body_timeout_s)
 
 
 def _admit(ex: _Exchange, identity: Identity) -> None:

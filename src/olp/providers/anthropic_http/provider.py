@@ -49,4 +49,5 @@ class AnthropicHttpProvider(HttpProvider):
             lambda: translate.encode_payload(translate.build_payload(self.name, request)),
             partial(parse.events_from_response, self.name),
             parse.StreamParser(self.name),
+            translate.request_headers(request),
         )

@@ -8,7 +8,15 @@ Where the Messages API differs from the IR, the choices (each a documented behav
 - temperature above 1 is clamped to 1 (Anthropic's range is 0..1, OpenAI's 0..2);
 - `response_format` has no Anthropic field: it becomes an instruction in the system prompt;
 - `seed` and most of `request.extra` have no Anthropic equivalent and are dropped
-  (`top_k` passes through).
+  (`top_k` passes through);
+- a request that came in on the Messages wire itself keeps what the IR does not model
+  (its `Passthrough`: `thinking`, `context_management`, `output_config`, … and the
+  `anthropic-beta` header): those fields are added to the body as the client sent them,
+  so an Anthropic-to-Anthropic hop loses nothing;
+- an assistant's sealed thinking (`Message.reasoning`) goes back as `thinking` /
+  `redacted_thinking` blocks before its content; thinking without a seal is left out
+  (Anthropic refuses it);
+- a tool result that reports a failure carries `is_error`.
 Responses are parsed in `events.py`.
 """
 
@@ -26,14 +34,16 @@ from olp.ir import (
     ImagePart,
     Message,
     NamedToolChoice,
+    Passthrough,
     ResponseFormat,
     TextPart,
     Tool,
     ToolChoice,
     json_default,
 )
+from olp.wire.anthropic_messages import WIRE
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DROPS", "build_payload", "encode_payload"]
+__all__ = ["DEFAULT_MAX_TOKENS", "DROPS", "build_payload", "encode_payload", "request_headers"]
 
 DEFAULT_MAX_TOKENS = 4096
 # Request features this provider cannot honour (Capabilities.drops, shown by `olp doctor`).
@@ -78,7 +88,22 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
     for key in _PASSED_EXTRA:
         if key in request.extra:
             body[key] = request.extra[key]
+    native = _native(request)
+    if native is not None:
+        for key, value in native.fields.items():
+            body.setdefault(key, value)  # (the fields the IR models were set above)
     return body
+
+
+def request_headers(request: ChatRequest) -> dict[str, str]:
+    """Headers of this request's own: the client's, when it spoke the Messages wire."""
+    native = _native(request)
+    return dict(native.headers) if native is not None else {}
+
+
+def _native(request: ChatRequest) -> Passthrough | None:
+    passthrough = request.passthrough
+    return passthrough if passthrough is not None and passthrough.wire == WIRE else None
 
 
 def encode_payload(body: Mapping[str, Any]) -> bytes:
@@ -117,7 +142,8 @@ def _blocks(provider: str, index: int, message: Message) -> str | list[dict[str,
         return [_tool_result(provider, index, message)]
     content = message.content
     if message.role == "assistant":
-        blocks = _as_blocks(message.text())
+        blocks = _thinking(message)
+        blocks.extend(_as_blocks(message.text()))
         blocks.extend(_tool_use(provider, index, message))
         return blocks
     if content is None:
@@ -160,6 +186,16 @@ def _image(provider: str, where: str, part: ImagePart) -> dict[str, Any]:
     return {"type": "image", "source": source}
 
 
+def _thinking(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in message.reasoning:
+        if part.encrypted is not None:
+            blocks.append({"type": "redacted_thinking", "data": part.encrypted})
+        elif part.signature:
+            blocks.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
+    return blocks
+
+
 def _tool_use(provider: str, index: int, message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for j, call in enumerate(message.tool_calls):
@@ -181,6 +217,8 @@ def _tool_result(provider: str, index: int, message: Message) -> dict[str, Any]:
         result["content"] = _parts(provider, index, content)
     else:
         result["content"] = content or ""
+    if message.is_error:
+        result["is_error"] = True
     return result
 
 

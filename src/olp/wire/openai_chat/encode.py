@@ -21,6 +21,7 @@ import orjson
 
 from olp.errors import OLPError
 from olp.ir import ChatResponse, Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from olp.wire._json import dumps as _dumps
 
 __all__ = ["ChunkEncoder", "completion_body", "error_body", "usage_dict"]
 
@@ -188,21 +189,3 @@ class ChunkEncoder:
 def _call_id(completion_id: str, index: int) -> str:
     digest = hashlib.sha256(f"{completion_id}\0{index}".encode("utf-8", "surrogatepass"))
     return "call_" + digest.hexdigest()[:24]
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(_repair(obj))
-
-
-def _repair(obj: Any) -> Any:
-    """Replace lone surrogates, the one thing orjson refuses in otherwise valid data."""
-    if isinstance(obj, str):
-        return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(obj, dict):
-        return {_repair(k): _repair(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_repair(v) for v in obj]
-    return obj

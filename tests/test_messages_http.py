@@ -1,0 +1,269 @@
+"""The official `anthropic` SDK against a real OLP (`/v1/messages`), in front of both HTTP
+provider types: what Claude Code and Anthropic-SDK programs see."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import httpx
+import pytest
+
+from fakes.upstream import FakeUpstream, Status, Text, ToolCalls
+from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+
+WEATHER_TOOL: dict[str, Any] = {
+    "name": "get_weather",
+    "description": "Weather for a city",
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string"}},
+        "required": ["city"],
+    },
+}
+ASK = [{"role": "user", "content": "Say hello"}]
+
+
+@pytest.fixture(params=["openai-http", "anthropic-http"])
+def kind(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def olp(tmp_path: Path, upstream: FakeUpstream, kind: str) -> Iterator[ThreadServer]:
+    base = upstream.openai_base_url if kind == "openai-http" else upstream.base_url
+    config = {
+        "providers": {
+            "up": {"type": kind, "base_url": base, "api_key_env": "UP_KEY", "models": ["model-a"]}
+        },
+        "routing": {"chains": {"smart": [{"provider": "up", "model": "model-a"}]}},
+    }
+    with olp_server(tmp_path, config, {"UP_KEY": "sk-upstream"}) as server:
+        yield server
+
+
+@pytest.fixture
+def client(olp: ThreadServer) -> Iterator[anthropic.Anthropic]:
+    with anthropic.Anthropic(base_url=olp.base_url, api_key=OWNER_TOKEN, max_retries=0) as sdk:
+        yield sdk
+
+
+def test_create(client: anthropic.Anthropic, upstream: FakeUpstream, kind: str) -> None:
+    upstream.script(Text("Hello there, friend."))
+    raw = client.messages.with_raw_response.create(
+        model="smart",
+        max_tokens=50,
+        system="Be brief.",
+        messages=[{"role": "user", "content": "Say hello"}],
+        stop_sequences=["STOP"],
+        extra_body={"temperature": 0.2},  # (the SDK no longer has it as an argument)
+    )
+    message = raw.parse()
+    assert [b.type for b in message.content] == ["text"]
+    assert message.content[0].text == "Hello there, friend."  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    assert message.role == "assistant" and message.model == "smart"
+    assert message.id.startswith("msg_")
+    assert message.usage.input_tokens == 12 and message.usage.output_tokens > 0
+    assert raw.headers["x-olp-provider-used"] == "up"
+    assert raw.headers["x-olp-request-id"].removeprefix("req_") == message.id[4:]
+    sent = upstream.requests[0].json
+    assert sent["max_tokens"] == 50 and sent["temperature"] == 0.2
+    if kind == "anthropic-http":
+        assert sent["system"] == "Be brief."
+        assert sent["stop_sequences"] == ["STOP"]
+    else:
+        assert sent["messages"][0] == {"role": "system", "content": "Be brief."}
+        assert sent["stop"] == ["STOP"]
+
+
+def test_system_blocks_and_content_blocks(
+    client: anthropic.Anthropic, upstream: FakeUpstream, kind: str
+) -> None:
+    client.messages.create(
+        model="smart",
+        max_tokens=20,
+        system=[
+            {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "Answer in French."},
+        ],
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "What is "},
+                    {"type": "image", "source": {"type": "url", "url": "https://x/cat.png"}},
+                    {"type": "text", "text": "this?"},
+                ],
+            }
+        ],
+    )
+    sent = upstream.requests[0].json
+    if kind == "anthropic-http":
+        assert sent["system"] == "You are terse.\n\nAnswer in French."
+        assert sent["messages"][0]["content"][1] == {
+            "type": "image",
+            "source": {"type": "url", "url": "https://x/cat.png"},
+        }
+    else:
+        assert [m["content"] for m in sent["messages"][:2]] == [
+            "You are terse.",
+            "Answer in French.",
+        ]
+        parts = sent["messages"][2]["content"]
+        assert parts[1] == {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}
+
+
+def test_stream(client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
+    upstream.script(Text("one two three four", chunks=4))
+    with client.messages.stream(model="smart", max_tokens=50, messages=ASK) as stream:
+        pieces = list(stream.text_stream)
+        final = stream.get_final_message()
+    assert len(pieces) == 4 and "".join(pieces) == "one two three four"
+    assert final.content[0].text == "one two three four"  # type: ignore[union-attr]
+    assert final.stop_reason == "end_turn"
+    assert final.usage.input_tokens == 12 and final.usage.output_tokens == 4
+
+
+def test_raw_stream_events(olp: ThreadServer, upstream: FakeUpstream) -> None:
+    """The event sequence itself, as the Messages API sends it."""
+    upstream.script(Text("hi there", chunks=2))
+    resp = httpx.post(
+        f"{olp.base_url}/v1/messages",
+        json={"model": "smart", "max_tokens": 10, "stream": True, "messages": ASK},
+        headers={"x-api-key": OWNER_TOKEN, "anthropic-version": "2023-06-01"},
+    )
+    assert resp.status_code == 200
+    assert resp.headers["content-type"].startswith("text/event-stream")
+    names = [line[7:] for line in resp.text.splitlines() if line.startswith("event: ")]
+    assert names == [
+        "message_start",
+        "content_block_start",
+        "content_block_delta",
+        "content_block_delta",
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_tools_round_trip(
+    client: anthropic.Anthropic, upstream: FakeUpstream, kind: str, stream: bool
+) -> None:
+    upstream.script(ToolCalls([("get_weather", '{"city": "Paris"}')]), Text("Sunny in Paris."))
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "Weather in Paris?"}]
+    asked: dict[str, Any] = {
+        "model": "smart",
+        "max_tokens": 100,
+        "tools": [WEATHER_TOOL],
+        "tool_choice": {"type": "auto", "disable_parallel_tool_use": True},
+    }
+    if stream:
+        with client.messages.stream(messages=messages, **asked) as s:  # type: ignore[arg-type]
+            first = s.get_final_message()
+    else:
+        first = client.messages.create(messages=messages, **asked)  # type: ignore[arg-type]
+    assert first.stop_reason == "tool_use"
+    use = first.content[-1]
+    assert use.type == "tool_use" and use.name == "get_weather"
+    assert use.input == {"city": "Paris"}
+    assert use.id
+    messages += [
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {
+            "role": "user",
+            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24C"}],
+        },
+    ]
+    final = client.messages.create(messages=messages, **asked)  # type: ignore[arg-type]
+    assert final.content[0].text == "Sunny in Paris."  # type: ignore[union-attr]
+    sent = upstream.requests[1].json
+    if kind == "anthropic-http":
+        assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+        assert sent["messages"][1]["content"][-1]["type"] == "tool_use"
+        result = sent["messages"][2]["content"][0]
+        assert result == {"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24C"}
+    else:
+        assert sent["parallel_tool_calls"] is False
+        assert sent["messages"][1]["tool_calls"][0]["id"] == use.id
+        assert sent["messages"][2] == {
+            "role": "tool",
+            "tool_call_id": use.id,
+            "content": "sunny, 24C",
+        }
+
+
+def test_count_tokens(client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
+    short = client.messages.count_tokens(model="smart", messages=ASK)
+    long = client.messages.count_tokens(
+        model="smart",
+        system="You are a helpful assistant. " * 20,
+        messages=ASK,
+        tools=[WEATHER_TOOL],  # type: ignore[list-item]
+    )
+    assert 0 < short.input_tokens < long.input_tokens
+    assert 150 < long.input_tokens < 400  # ~600 bytes of system prompt, a tool
+    assert upstream.calls == 0  # an estimate: no provider is asked
+
+
+def test_auth_error(olp: ThreadServer) -> None:
+    with anthropic.Anthropic(base_url=olp.base_url, api_key="sk-wrong", max_retries=0) as bad:
+        with pytest.raises(anthropic.AuthenticationError) as info:
+            bad.messages.create(model="smart", max_tokens=5, messages=ASK)
+        with pytest.raises(anthropic.AuthenticationError):
+            bad.messages.count_tokens(model="smart", messages=ASK)  # type: ignore[arg-type]
+    assert info.value.status_code == 401
+    assert info.value.body["type"] == "error"  # type: ignore[index]
+    assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    assert info.value.response.headers["x-olp-request-id"]
+
+
+def test_bearer_auth_works_too(olp: ThreadServer) -> None:
+    with anthropic.Anthropic(base_url=olp.base_url, auth_token=OWNER_TOKEN, max_retries=0) as sdk:
+        assert sdk.messages.create(model="smart", max_tokens=5, messages=ASK).content
+
+
+def test_unknown_model_is_not_found(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.NotFoundError) as info:
+        client.messages.create(model="no-such-model", max_tokens=5, messages=ASK)
+    assert info.value.body["error"]["type"] == "not_found_error"  # type: ignore[index]
+    assert "no-such-model" in info.value.body["error"]["message"]  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError):
+        client.messages.count_tokens(model="no-such-model", messages=ASK)  # type: ignore[arg-type]
+
+
+def test_bad_body_is_invalid_request(client: anthropic.Anthropic) -> None:
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(
+            model="smart", max_tokens=5, messages=ASK, extra_body={"temperature": 3}
+        )
+    error = info.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error"
+    assert error["message"].startswith("temperature: must be a number between 0 and 1")
+    with pytest.raises(anthropic.BadRequestError) as info:
+        client.messages.create(
+            model="smart",
+            max_tokens=5,
+            messages=[{"role": "system", "content": "hi"}],  # type: ignore[list-item]
+        )
+    assert "messages[0].role" in info.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_rate_limited_upstream_is_429(client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
+    upstream.script(Status(429, {"error": {"message": "slow down"}}, {"retry-after": "30"}))
+    with pytest.raises(anthropic.RateLimitError) as info:
+        client.messages.create(model="smart", max_tokens=5, messages=ASK)
+    assert info.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
+    assert int(info.value.response.headers["retry-after"]) >= 29
+    assert info.value.response.headers["x-olp-fallback-exhausted"] == "up"
+
+
+def test_overloaded_upstream_is_503(client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
+    upstream.script(Status(529, {"error": {"message": "overloaded"}}))
+    with pytest.raises(anthropic.InternalServerError) as info:
+        client.messages.create(model="smart", max_tokens=5, messages=ASK)
+    assert info.value.status_code == 503
+    assert info.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
