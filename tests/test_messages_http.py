@@ -247,7 +247,7 @@ def test_bad_body_is_invalid_request(client: anthropic.Anthropic) -> None:
         client.messages.create(
             model="smart",
             max_tokens=5,
-            messages=[{"role": "system", "content": "hi"}],  # type: ignore[list-item]
+            messages=[{"role": "robot", "content": "hi"}],  # type: ignore[list-item]
         )
     assert "messages[0].role" in info.value.body["error"]["message"]  # type: ignore[index]
 

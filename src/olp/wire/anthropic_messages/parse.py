@@ -2,7 +2,8 @@
 
 The Messages API's shapes, as the `anthropic` SDK and Claude Code send them:
 
-- `system` (a string or text blocks) becomes one system message per block;
+- `system` (a string or text blocks) becomes one system message per block, and so does a
+  turn whose role is `system`;
 - a user turn's `tool_result` blocks become tool messages (in their place among the
   turn's other blocks, which stay one user message per run); an assistant turn's
   `thinking`/`redacted_thinking` blocks become its `reasoning`, its `tool_use` blocks its
@@ -168,6 +169,18 @@ def _system(value: object) -> tuple[Message, ...]:
     return tuple(out)
 
 
+def _system_turn(content: object, path: str) -> list[Message]:
+    """A system message among the turns (Claude Code sends them): its text blocks."""
+    out: list[Message] = []
+    for j, block in enumerate(_blocks(content, path)):
+        if block.get("type") != "text":
+            raise _unsupported_block(block.get("type"), f"{path}.content[{j}]", "text")
+        said = as_str(block.get("text"), f"{path}.content[{j}].text")
+        if said:
+            out.append(Message("system", said))
+    return out
+
+
 def _messages(value: object) -> tuple[Message, ...]:
     if type(value) is not list:
         raise invalid("messages", f"required (an array of messages; got {kind(value)})")
@@ -183,8 +196,12 @@ def _messages(value: object) -> tuple[Message, ...]:
             out.extend(_user_turn(content, path))
         elif role == "assistant":
             out.append(_assistant_turn(content, path))
+        elif role == "system":
+            out.extend(_system_turn(content, path))
         else:
-            raise invalid(f"{path}.role", f"must be 'user' or 'assistant' (got {show(role)})")
+            raise invalid(
+                f"{path}.role", f"must be 'user', 'assistant' or 'system' (got {show(role)})"
+            )
     return tuple(out)
 
 
