@@ -11,7 +11,7 @@ import anthropic
 import httpx
 import pytest
 
-from fakes.upstream import FakeUpstream, Status, Text, ToolCalls
+from fakes.upstream import FakeUpstream, Status, Text, Thinking, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 WEATHER_TOOL: dict[str, Any] = {
@@ -267,3 +267,68 @@ def test_overloaded_upstream_is_503(client: anthropic.Anthropic, upstream: FakeU
         client.messages.create(model="smart", max_tokens=5, messages=ASK)
     assert info.value.status_code == 503
     assert info.value.body["error"]["type"] == "overloaded_error"  # type: ignore[index]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_thinking_round_trip(
+    client: anthropic.Anthropic, upstream: FakeUpstream, kind: str, stream: bool
+) -> None:
+    """Thinking reaches the client with its signature, and goes back to an Anthropic
+    upstream on the next turn as it came; with Claude Code's extra fields and betas."""
+    upstream.script(Thinking("Step one. Step two.", "sig-123", "Done."), Text("ok"))
+    asked: dict[str, Any] = {
+        "model": "smart",
+        "max_tokens": 2048,
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "extra_headers": {"anthropic-beta": "context-management-2025-06-27,oauth-2025-04-20"},
+        "extra_body": {"context_management": {"edits": [{"type": "clear_thinking_20251015"}]}},
+    }
+    if stream:
+        with client.messages.stream(messages=ASK, **asked) as s:  # type: ignore[arg-type]
+            first = s.get_final_message()
+    else:
+        first = client.messages.create(messages=ASK, **asked)  # type: ignore[arg-type]
+    thinking, text = first.content
+    assert thinking.type == "thinking" and thinking.thinking == "Step one. Step two."
+    assert text.type == "text" and text.text == "Done."
+    if kind == "anthropic-http":
+        assert thinking.signature == "sig-123"
+    messages = [
+        *ASK,
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": "Go on."},
+    ]
+    client.messages.create(messages=messages, **asked)  # type: ignore[arg-type]
+    first_sent, second = (r.json for r in upstream.requests)
+    if kind == "anthropic-http":
+        assert first_sent["thinking"] == {"type": "enabled", "budget_tokens": 1024}
+        assert first_sent["context_management"] == {"edits": [{"type": "clear_thinking_20251015"}]}
+        assert upstream.requests[0].headers["anthropic-beta"] == "context-management-2025-06-27"
+        assert second["messages"][1]["content"][0] == {
+            "type": "thinking",
+            "thinking": "Step one. Step two.",
+            "signature": "sig-123",
+        }
+    else:
+        # Dropped, as documented: an OpenAI upstream has no such fields.
+        assert "thinking" not in first_sent and "context_management" not in first_sent
+        assert "anthropic-beta" not in upstream.requests[0].headers
+        assert second["messages"][1] == {"role": "assistant", "content": "Done."}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_stop_sequence_is_reported(
+    client: anthropic.Anthropic, upstream: FakeUpstream, kind: str, stream: bool
+) -> None:
+    ended = Text("Counting: 1, 2, ", finish_reason="stop_sequence", stop_sequence="3")
+    upstream.script(ended if kind == "anthropic-http" else Text("Counting: 1, 2, "))
+    asked: dict[str, Any] = {"model": "smart", "max_tokens": 50, "stop_sequences": ["3"]}
+    if stream:
+        with client.messages.stream(messages=ASK, **asked) as s:  # type: ignore[arg-type]
+            message = s.get_final_message()
+    else:
+        message = client.messages.create(messages=ASK, **asked)  # type: ignore[arg-type]
+    if kind == "anthropic-http":
+        assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "3")
+    else:  # an OpenAI upstream does not say which stop sequence ended the answer
+        assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
