@@ -6,7 +6,9 @@ Where the Messages API differs from the IR, the choices (each a documented behav
   results become `tool_result` blocks of a user turn;
 - `max_tokens` is required by Anthropic: DEFAULT_MAX_TOKENS when the client gave none;
 - temperature above 1 is clamped to 1 (Anthropic's range is 0..1, OpenAI's 0..2);
-- `response_format` has no Anthropic field: it becomes an instruction in the system prompt;
+- `response_format` has no Anthropic field: it becomes a forced tool call whose input is
+  the answer (`structured.py`), or, where that cannot be used, an instruction in the
+  system prompt;
 - `seed` and most of `request.extra` have no Anthropic equivalent and are dropped
   (`top_k` passes through);
 - a request that came in on the Messages wire itself keeps what the IR does not model
@@ -41,9 +43,17 @@ from olp.ir import (
     ToolChoice,
     json_default,
 )
+from olp.providers.anthropic_http.structured import JsonAnswer, json_answer
 from olp.wire.anthropic_messages import WIRE
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DROPS", "build_payload", "encode_payload", "request_headers"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DROPS",
+    "build_payload",
+    "encode_payload",
+    "json_answer_for",
+    "request_headers",
+]
 
 DEFAULT_MAX_TOKENS = 4096
 # Request features this provider cannot honour (Capabilities.drops, shown by `olp doctor`).
@@ -51,7 +61,9 @@ DROPS = ("seed", "extra options other than top_k")
 _PASSED_EXTRA = ("top_k",)
 
 
-def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
+def build_payload(
+    provider: str, request: ChatRequest, answer: JsonAnswer | None = None
+) -> dict[str, Any]:
     """The Messages API body. Raises ProviderError(INVALID_REQUEST) for input it cannot map.
 
     A malformed request is the client's fault and no other provider would accept it
@@ -59,7 +71,7 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
     attributes it to this hop like an upstream 400 rather than to OLP's own validation.
     """
     system = [m.text() for m in request.messages if m.role in ("system", "developer")]
-    instruction = _format_instruction(request.response_format)
+    instruction = None if answer is not None else _format_instruction(request.response_format)
     if instruction:
         system.append(instruction)
     body: dict[str, Any] = {
@@ -72,7 +84,10 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
         body["system"] = text
     if request.stream:
         body["stream"] = True
-    if request.tools:
+    if answer is not None:
+        body["tools"] = [answer.tool_spec()]
+        body["tool_choice"] = answer.tool_choice()
+    elif request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
         choice = _tool_choice(request.tool_choice, request.parallel_tool_calls)
         if choice is not None:
@@ -93,6 +108,12 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
         for key, value in native.fields.items():
             body.setdefault(key, value)  # (the fields the IR models were set above)
     return body
+
+
+def json_answer_for(provider: str, request: ChatRequest) -> JsonAnswer | None:
+    """How a structured answer is asked for (see `structured`), or None."""
+    native = _native(request)
+    return json_answer(provider, request, native.fields.get("thinking") if native else None)
 
 
 def request_headers(request: ChatRequest) -> dict[str, str]:
