@@ -10,6 +10,8 @@ from typing import Any
 import anthropic
 import httpx
 import pytest
+import yaml
+from jsonschema import Draft202012Validator
 
 from fakes.upstream import FakeUpstream, Status, Text, Thinking, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
@@ -24,6 +26,14 @@ WEATHER_TOOL: dict[str, Any] = {
     },
 }
 ASK = [{"role": "user", "content": "Say hello"}]
+SPEC: dict[str, Any] = yaml.safe_load(
+    (Path(__file__).parents[1] / "docs" / "openapi.yaml").read_text(encoding="utf-8")
+)
+
+
+def check(name: str, instance: Any) -> None:
+    """`instance` matches docs/openapi.yaml's components/schemas/<name>."""
+    Draft202012Validator({**SPEC, "$ref": f"#/components/schemas/{name}"}).validate(instance)
 
 
 @pytest.fixture(params=["openai-http", "anthropic-http"])
@@ -69,6 +79,7 @@ def test_create(client: anthropic.Anthropic, upstream: FakeUpstream, kind: str) 
     assert message.usage.input_tokens == 12 and message.usage.output_tokens > 0
     assert raw.headers["x-olp-provider-used"] == "up"
     assert raw.headers["x-olp-request-id"].removeprefix("req_") == message.id[4:]
+    check("Message", raw.http_response.json())
     sent = upstream.requests[0].json
     assert sent["max_tokens"] == 50 and sent["temperature"] == 0.2
     if kind == "anthropic-http":
@@ -178,8 +189,10 @@ def test_tools_round_trip(
             "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24C"}],
         },
     ]
+    check("MessagesRequest", {"messages": messages, **asked})
     final = client.messages.create(messages=messages, **asked)  # type: ignore[arg-type]
     assert final.content[0].text == "Sunny in Paris."  # type: ignore[union-attr]
+    check("Message", first.model_dump())
     sent = upstream.requests[1].json
     if kind == "anthropic-http":
         assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
@@ -205,6 +218,7 @@ def test_count_tokens(client: anthropic.Anthropic, upstream: FakeUpstream) -> No
         tools=[WEATHER_TOOL],  # type: ignore[list-item]
     )
     assert 0 < short.input_tokens < long.input_tokens
+    check("InputTokens", short.model_dump())
     assert 150 < long.input_tokens < 400  # ~600 bytes of system prompt, a tool
     assert upstream.calls == 0  # an estimate: no provider is asked
 
@@ -216,7 +230,7 @@ def test_auth_error(olp: ThreadServer) -> None:
         with pytest.raises(anthropic.AuthenticationError):
             bad.messages.count_tokens(model="smart", messages=ASK)  # type: ignore[arg-type]
     assert info.value.status_code == 401
-    assert info.value.body["type"] == "error"  # type: ignore[index]
+    check("AnthropicError", info.value.body)
     assert info.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
     assert info.value.response.headers["x-olp-request-id"]
 
@@ -240,6 +254,7 @@ def test_bad_body_is_invalid_request(client: anthropic.Anthropic) -> None:
         client.messages.create(
             model="smart", max_tokens=5, messages=ASK, extra_body={"temperature": 3}
         )
+    check("AnthropicError", info.value.body)
     error = info.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error"
     assert error["message"].startswith("temperature: must be a number between 0 and 1")

@@ -31,8 +31,8 @@ def run_claude(claude: RealCli, home: Path, base_url: str, key_env: str) -> str:
         "LANG": "C.UTF-8",
         "ANTHROPIC_BASE_URL": base_url,
         key_env: OWNER_TOKEN,
-        # Claude Code's helper calls (titles, summaries) use the small model: the same chain.
-        "ANTHROPIC_SMALL_FAST_MODEL": "smart",
+        # As the README sets it up: the chain by name, for the helper calls too.
+        "ANTHROPIC_MODEL": "smart",
         "ANTHROPIC_DEFAULT_HAIKU_MODEL": "smart",
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_TELEMETRY": "1",
@@ -42,7 +42,7 @@ def run_claude(claude: RealCli, home: Path, base_url: str, key_env: str) -> str:
     }
     home.mkdir(parents=True, exist_ok=True)
     done = subprocess.run(
-        [str(claude.command), "-p", "What is the capital of France?", "--model", "smart"],
+        [str(claude.command), "-p", "What is the capital of France?"],
         env=env,
         cwd=home,
         capture_output=True,
