@@ -90,14 +90,15 @@ def test_create(client: anthropic.Anthropic, upstream: FakeUpstream, kind: str) 
         assert sent["stop"] == ["STOP"]
 
 
-def test_system_blocks_and_content_blocks(
+def test_system_blocks_content_blocks_and_cache_breakpoints(
     client: anthropic.Anthropic, upstream: FakeUpstream, kind: str
 ) -> None:
+    mark = {"type": "ephemeral"}
     client.messages.create(
         model="smart",
         max_tokens=20,
         system=[
-            {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}},
+            {"type": "text", "text": "You are terse.", "cache_control": mark},
             {"type": "text", "text": "Answer in French."},
         ],
         messages=[
@@ -106,18 +107,25 @@ def test_system_blocks_and_content_blocks(
                 "content": [
                     {"type": "text", "text": "What is "},
                     {"type": "image", "source": {"type": "url", "url": "https://x/cat.png"}},
-                    {"type": "text", "text": "this?"},
+                    {"type": "text", "text": "this?", "cache_control": mark},
                 ],
             }
         ],
+        tools=[{**WEATHER_TOOL, "cache_control": mark}],  # type: ignore[list-item]
     )
     sent = upstream.requests[0].json
     if kind == "anthropic-http":
-        assert sent["system"] == "You are terse.\n\nAnswer in French."
-        assert sent["messages"][0]["content"][1] == {
-            "type": "image",
-            "source": {"type": "url", "url": "https://x/cat.png"},
-        }
+        # Every breakpoint stays where the client put it.
+        assert sent["system"] == [
+            {"type": "text", "text": "You are terse.", "cache_control": mark},
+            {"type": "text", "text": "Answer in French."},
+        ]
+        assert sent["messages"][0]["content"] == [
+            {"type": "text", "text": "What is "},
+            {"type": "image", "source": {"type": "url", "url": "https://x/cat.png"}},
+            {"type": "text", "text": "this?", "cache_control": mark},
+        ]
+        assert sent["tools"][0]["cache_control"] == mark
     else:
         assert [m["content"] for m in sent["messages"][:2]] == [
             "You are terse.",
@@ -125,6 +133,7 @@ def test_system_blocks_and_content_blocks(
         ]
         parts = sent["messages"][2]["content"]
         assert parts[1] == {"type": "image_url", "image_url": {"url": "https://x/cat.png"}}
+        assert "cache_control" not in str(sent)
 
 
 def test_stream(client: anthropic.Anthropic, upstream: FakeUpstream) -> None:
@@ -186,7 +195,14 @@ def test_tools_round_trip(
         {"role": "assistant", "content": [b.model_dump() for b in first.content]},
         {
             "role": "user",
-            "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24C"}],
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": use.id,
+                    "content": "sunny, 24C",
+                    "cache_control": {"type": "ephemeral"},
+                }
+            ],
         },
     ]
     check("MessagesRequest", {"messages": messages, **asked})
@@ -197,8 +213,12 @@ def test_tools_round_trip(
     if kind == "anthropic-http":
         assert sent["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
         assert sent["messages"][1]["content"][-1]["type"] == "tool_use"
-        result = sent["messages"][2]["content"][0]
-        assert result == {"type": "tool_result", "tool_use_id": use.id, "content": "sunny, 24C"}
+        assert sent["messages"][2]["content"][0] == {
+            "type": "tool_result",
+            "tool_use_id": use.id,
+            "content": "sunny, 24C",
+            "cache_control": {"type": "ephemeral"},
+        }
     else:
         assert sent["parallel_tool_calls"] is False
         assert sent["messages"][1]["tool_calls"][0]["id"] == use.id

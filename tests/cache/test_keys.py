@@ -220,6 +220,7 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
             "tool_call_id": "c1",
             "reasoning": (ReasoningPart("hmm", "sig"),),
             "is_error": True,
+            "cache_control": {"type": "ephemeral"},
         },
     ),
     ReasoningPart: (
@@ -235,12 +236,12 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
     TextPart: (
         lambda p: replace(BASE, messages=(Message("user", (p,)),)),
         TextPart("a"),
-        {"text": "b"},
+        {"text": "b", "cache_control": {"type": "ephemeral"}},
     ),
     ImagePart: (
         lambda p: replace(BASE, messages=(Message("user", (p,)),)),
         ImagePart("https://x/a.png"),
-        {"url": "https://x/b.png", "detail": "high"},
+        {"url": "https://x/b.png", "detail": "high", "cache_control": {"type": "ephemeral"}},
     ),
     ToolCall: (
         lambda c: replace(BASE, messages=(Message("assistant", None, tool_calls=(c,)),)),
@@ -250,7 +251,13 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
     Tool: (
         lambda t: replace(BASE, tools=(t,)),
         Tool("f"),
-        {"name": "g", "description": "d", "parameters": {"type": "object"}, "strict": True},
+        {
+            "name": "g",
+            "description": "d",
+            "parameters": {"type": "object"},
+            "strict": True,
+            "cache_control": {"type": "ephemeral"},
+        },
     ),
     NamedToolChoice: (
         lambda c: replace(BASE, tools=(Tool("f"),), tool_choice=c),

@@ -62,13 +62,24 @@ KEY_SCHEMA = 5
 # The nested IR classes as the key writes them: these fields, in this order (a reordering
 # changes every key: bump KEY_SCHEMA).
 _FIELDS: Mapping[type, tuple[str, ...]] = {
-    Message: ("role", "content", "name", "tool_calls", "tool_call_id", "reasoning", "is_error"),
+    Message: (
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning",
+        "is_error",
+        "cache_control",
+    ),
     ReasoningPart: ("text", "signature", "encrypted"),
-    TextPart: ("text",),
-    ImagePart: ("url", "detail"),
+    # (Prompt-caching breakpoints do not change the answer, but a request's parts are
+    # written whole: a moved breakpoint costs a miss, never a wrong hit.)
+    TextPart: ("text", "cache_control"),
+    ImagePart: ("url", "detail", "cache_control"),
     ToolCall: ("id", "name", "arguments"),
     # The description and schema steer the model as much as the prompt does.
-    Tool: ("name", "description", "parameters", "strict"),
+    Tool: ("name", "description", "parameters", "strict", "cache_control"),
     NamedToolChoice: ("name",),
     ResponseFormat: ("type", "json_schema"),
     # Fields and headers of the client's own wire (an Anthropic beta changes the answer).

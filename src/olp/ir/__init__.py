@@ -14,6 +14,7 @@ from olp.ir.events import (
     is_content,
 )
 from olp.ir.request import (
+    CacheControl,
     ChatRequest,
     ContentPart,
     ImagePart,
@@ -34,6 +35,7 @@ from olp.ir.response import ChatResponse, ResponseBuilder
 
 __all__ = [
     "CONTENT_EVENTS",
+    "CacheControl",
     "ChatRequest",
     "ChatResponse",
     "ContentPart",

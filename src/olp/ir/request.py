@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = [
+    "CacheControl",
     "ChatRequest",
     "ContentPart",
     "ImagePart",
@@ -32,9 +33,16 @@ JSONValue = Any
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
+# A prompt-caching breakpoint a client set on a part, message or tool, as it wrote it
+# (`{"type": "ephemeral", "ttl"?: …}`): upstreams with prompt caching honour it, others
+# ignore it.
+CacheControl = Mapping[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
+    cache_control: CacheControl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +51,7 @@ class ImagePart:
 
     url: str
     detail: Literal["auto", "low", "high"] | None = None
+    cache_control: CacheControl | None = None
 
 
 ContentPart = TextPart | ImagePart
@@ -79,6 +88,8 @@ class Message:
     reasoning: tuple[ReasoningPart, ...] = ()
     # A tool result that reports the tool's failure.
     is_error: bool = False
+    # A breakpoint at the end of this message (its last block).
+    cache_control: CacheControl | None = None
 
     def text(self) -> str:
         """The message's text parts joined; images are left out."""
@@ -95,6 +106,7 @@ class Tool:
     description: str | None = None
     parameters: Mapping[str, JSONValue] | None = None
     strict: bool | None = None
+    cache_control: CacheControl | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,18 +70,15 @@ def build_payload(
     either, so INVALID_REQUEST (no fallback) — but as a ProviderError, so the engine
     attributes it to this hop like an upstream 400 rather than to OLP's own validation.
     """
-    system = [m.text() for m in request.messages if m.role in ("system", "developer")]
     instruction = None if answer is not None else _format_instruction(request.response_format)
-    if instruction:
-        system.append(instruction)
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
         "messages": _turns(provider, request.messages),
     }
-    text = "\n\n".join(s for s in system if s)
-    if text:
-        body["system"] = text
+    system = _system(request.messages, instruction)
+    if system:
+        body["system"] = system
     if request.stream:
         body["stream"] = True
     if answer is not None:
@@ -127,6 +124,25 @@ def _native(request: ChatRequest) -> Passthrough | None:
     return passthrough if passthrough is not None and passthrough.wire == WIRE else None
 
 
+def _system(messages: tuple[Message, ...], instruction: str | None) -> str | list[Any]:
+    """The system and developer messages: one string, or text blocks when one of them
+    carries a prompt-caching breakpoint (a string cannot)."""
+    parts = [m for m in messages if m.role in ("system", "developer") and m.text()]
+    if not any(m.cache_control for m in parts):
+        texts = [m.text() for m in parts]
+        return "\n\n".join([*texts, instruction] if instruction else texts)
+    blocks = [_marked({"type": "text", "text": m.text()}, m.cache_control) for m in parts]
+    if instruction:
+        blocks.append({"type": "text", "text": instruction})
+    return blocks
+
+
+def _marked(block: dict[str, Any], mark: Mapping[str, Any] | None) -> dict[str, Any]:
+    if mark is not None:
+        block["cache_control"] = mark
+    return block
+
+
 def encode_payload(body: Mapping[str, Any]) -> bytes:
     return orjson.dumps(body, default=json_default)
 
@@ -166,6 +182,8 @@ def _blocks(provider: str, index: int, message: Message) -> str | list[dict[str,
         blocks = _thinking(message)
         blocks.extend(_as_blocks(message.text()))
         blocks.extend(_tool_use(provider, index, message))
+        if message.cache_control is not None and blocks:
+            _marked(blocks[-1], message.cache_control)
         return blocks
     if content is None:
         return ""
@@ -180,9 +198,10 @@ def _parts(provider: str, index: int, parts: tuple[ContentPart, ...]) -> list[di
         if isinstance(part, TextPart):
             # Anthropic rejects empty text blocks.
             if part.text:
-                blocks.append({"type": "text", "text": part.text})
+                blocks.append(_marked({"type": "text", "text": part.text}, part.cache_control))
         else:
-            blocks.append(_image(provider, f"messages[{index}].content[{j}]", part))
+            image = _image(provider, f"messages[{index}].content[{j}]", part)
+            blocks.append(_marked(image, part.cache_control))
     return blocks
 
 
@@ -240,7 +259,7 @@ def _tool_result(provider: str, index: int, message: Message) -> dict[str, Any]:
         result["content"] = content or ""
     if message.is_error:
         result["is_error"] = True
-    return result
+    return _marked(result, message.cache_control)
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
@@ -251,7 +270,7 @@ def _tool(tool: Tool) -> dict[str, Any]:
     out["input_schema"] = (
         tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
     )
-    return out
+    return _marked(out, tool.cache_control)
 
 
 def _tool_choice(choice: ToolChoice | None, parallel: bool | None) -> dict[str, Any] | None:

@@ -15,7 +15,9 @@ The Messages API's shapes, as the `anthropic` SDK and Claude Code send them:
   `service_tier`, …) and the `anthropic-beta` header are kept as they came in the
   request's `Passthrough`: an `anthropic-http` hop sends them on, other hops drop them.
 
-Prompt-caching `cache_control` markers and block citations are accepted and not carried.
+Prompt-caching `cache_control` breakpoints are kept on the part, message (for a system
+block, a tool result, an assistant turn's last block) or tool they mark; block citations
+are accepted and not carried.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import orjson
 
 from olp.errors import InvalidRequest
 from olp.ir import (
+    CacheControl,
     ChatRequest,
     ContentPart,
     ImagePart,
@@ -165,8 +168,14 @@ def _system(value: object) -> tuple[Message, ...]:
             raise invalid(f"system[{i}].type", f"must be 'text' (got {show(block.get('type'))})")
         said = as_str(block.get("text"), f"system[{i}].text")
         if said:
-            out.append(Message("system", said))
+            out.append(Message("system", said, cache_control=_mark(block, f"system[{i}]")))
     return tuple(out)
+
+
+def _mark(block: dict[str, Any], path: str) -> CacheControl | None:
+    """A block's `cache_control` breakpoint, if it has one."""
+    mark = block.get("cache_control")
+    return None if mark is None else as_object(mark, f"{path}.cache_control")
 
 
 def _system_turn(content: object, path: str) -> list[Message]:
@@ -177,7 +186,8 @@ def _system_turn(content: object, path: str) -> list[Message]:
             raise _unsupported_block(block.get("type"), f"{path}.content[{j}]", "text")
         said = as_str(block.get("text"), f"{path}.content[{j}].text")
         if said:
-            out.append(Message("system", said))
+            mark = _mark(block, f"{path}.content[{j}]")
+            out.append(Message("system", said, cache_control=mark))
     return out
 
 
@@ -226,7 +236,8 @@ def _user_turn(content: object, path: str) -> list[Message]:
                 parts = []
             out.append(_tool_result(block, where))
         elif btype == "text":
-            parts.append(TextPart(as_str(block.get("text"), f"{where}.text")))
+            said = as_str(block.get("text"), f"{where}.text")
+            parts.append(TextPart(said, _mark(block, where)))
         elif btype == "image":
             parts.append(_image(block, where))
         else:
@@ -237,7 +248,7 @@ def _user_turn(content: object, path: str) -> list[Message]:
 
 
 def _user_message(parts: list[ContentPart]) -> Message:
-    if all(type(p) is TextPart for p in parts):
+    if all(type(p) is TextPart and p.cache_control is None for p in parts):
         return Message("user", "".join(p.text for p in parts if isinstance(p, TextPart)))
     return Message("user", tuple(parts))
 
@@ -272,6 +283,7 @@ def _tool_result(block: dict[str, Any], where: str) -> Message:
         result,
         tool_call_id=tool_use_id,
         is_error=False if is_error is None else as_bool(is_error, f"{where}.is_error"),
+        cache_control=_mark(block, where),
     )
 
 
@@ -288,12 +300,12 @@ def _image(block: dict[str, Any], where: str) -> ImagePart:
         data = as_str(source.get("data"), f"{where}.source.data")
         if not data:
             raise invalid(f"{where}.source.data", "must not be empty")
-        return ImagePart(f"data:{media};base64,{data}")
+        return ImagePart(f"data:{media};base64,{data}", cache_control=_mark(block, where))
     if stype == "url":
         url = as_str(source.get("url"), f"{where}.source.url")
         if not url.startswith(("http://", "https://")):
             raise invalid(f"{where}.source.url", "must be an http(s) URL")
-        return ImagePart(url)
+        return ImagePart(url, cache_control=_mark(block, where))
     raise invalid(f"{where}.source.type", f"must be 'base64' or 'url' (got {show(stype)})")
 
 
@@ -301,9 +313,11 @@ def _assistant_turn(content: object, path: str) -> Message:
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningPart] = []
+    mark: CacheControl | None = None
     for j, block in enumerate(_blocks(content, path)):
         where = f"{path}.content[{j}]"
         btype = block.get("type")
+        mark = _mark(block, where) or mark
         if btype == "text":
             texts.append(as_str(block.get("text"), f"{where}.text"))
         elif btype == "tool_use":
@@ -323,6 +337,7 @@ def _assistant_turn(content: object, path: str) -> Message:
         text if text or not calls else None,
         tool_calls=tuple(calls),
         reasoning=tuple(reasoning),
+        cache_control=mark,
     )
 
 
@@ -367,6 +382,7 @@ def _tool(value: object, path: str) -> Tool:
         name,
         None if description is None else as_str(description, f"{path}.description"),
         schema,
+        cache_control=_mark(tool, path),
     )
 
 
