@@ -3,6 +3,7 @@ provider types: what Claude Code and Anthropic-SDK programs see."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from fakes.upstream import FakeUpstream, Status, Text, Thinking, ToolCalls
+from fakes.upstream import FakeUpstream, Hang, Slow, Status, Text, Thinking, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 WEATHER_TOOL: dict[str, Any] = {
@@ -367,3 +368,53 @@ def test_stop_sequence_is_reported(
         assert (message.stop_reason, message.stop_sequence) == ("stop_sequence", "3")
     else:  # an OpenAI upstream does not say which stop sequence ended the answer
         assert (message.stop_reason, message.stop_sequence) == ("end_turn", None)
+
+
+def slow_config(upstream: FakeUpstream) -> dict[str, Any]:
+    timeouts = {"connect_ms": 1000, "first_byte_ms": 600, "idle_ms": 2000, "total_ms": 5000}
+    return {
+        "server": {"heartbeat_interval_ms": 100},
+        "providers": {
+            "up": {
+                "type": "anthropic-http",
+                "base_url": upstream.base_url,
+                "models": ["m"],
+                "timeouts": timeouts,
+            }
+        },
+    }
+
+
+def test_ping_while_the_first_hop_is_slow(tmp_path: Path, upstream: FakeUpstream) -> None:
+    upstream.script(Slow(first_byte_delay_s=0.4, text="late but fine"))
+    with (
+        olp_server(tmp_path, slow_config(upstream)) as olp,
+        anthropic.Anthropic(base_url=olp.base_url, api_key=OWNER_TOKEN, max_retries=0) as sdk,
+        sdk.messages.with_streaming_response.create(
+            model="m", max_tokens=10, messages=ASK, stream=True
+        ) as resp,
+    ):
+        body = resp.read().decode()
+    names = [line[7:] for line in body.splitlines() if line.startswith("event: ")]
+    assert names[:2] == ["message_start", "ping"]  # the line is open before content
+    assert names.index("content_block_start") > 1 and names[-1] == "message_stop"
+    assert "late but fine" in "".join(
+        json.loads(line[6:])["delta"].get("text", "")
+        for line in body.splitlines()
+        if line.startswith("data: ") and "content_block_delta" in line
+    )
+
+
+def test_exhaustion_after_the_stream_began_is_an_error_event(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    upstream.script(Hang(3.0))
+    with (
+        olp_server(tmp_path, slow_config(upstream)) as olp,
+        anthropic.Anthropic(base_url=olp.base_url, api_key=OWNER_TOKEN, max_retries=0) as sdk,
+        pytest.raises(anthropic.APIStatusError) as info,
+        sdk.messages.stream(model="m", max_tokens=10, messages=ASK) as stream,
+    ):
+        stream.get_final_message()
+    check("AnthropicError", info.value.body)
+    assert "first byte" in info.value.body["error"]["message"]  # type: ignore[index]
