@@ -14,6 +14,9 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
+from olp.accounts.identity import KeyLimits
+from olp.accounts.keystore import KeyStore, keys_db_path
+
 from fakes.upstream import FakeUpstream, Hang, Slow, Status, Text, Thinking, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
@@ -418,3 +421,23 @@ def test_exhaustion_after_the_stream_began_is_an_error_event(
         stream.get_final_message()
     check("AnthropicError", info.value.body)
     assert "first byte" in info.value.body["error"]["message"]  # type: ignore[index]
+
+
+def test_a_member_keys_limit_is_a_rate_limit_error(tmp_path: Path, upstream: FakeUpstream) -> None:
+    """A member key in `x-api-key` (what the SDK sends), refused at its limit like on the
+    chat route: 429 with Retry-After, in Anthropic's shape."""
+    store = KeyStore.open(keys_db_path(tmp_path / "olp-home"))
+    key = store.create("alice", limits=KeyLimits(rpm=1)).secret
+    store.close()
+    config = {"providers": {"up": {"type": "anthropic-http", "base_url": upstream.base_url}}}
+    with (
+        olp_server(tmp_path, config) as olp,
+        anthropic.Anthropic(base_url=olp.base_url, api_key=key, max_retries=0) as sdk,
+    ):
+        assert sdk.messages.create(model="up/m", max_tokens=5, messages=ASK).content
+        with pytest.raises(anthropic.RateLimitError) as info:
+            sdk.messages.create(model="up/m", max_tokens=5, messages=ASK)
+    check("AnthropicError", info.value.body)
+    assert int(info.value.response.headers["retry-after"]) > 0
+    assert "limit" in info.value.body["error"]["message"]  # type: ignore[index]
+    assert upstream.calls == 1
