@@ -35,7 +35,7 @@ def olp(
     kind = str(request.param)
     base = upstream.base_url if kind == "anthropic-http" else upstream.openai_base_url
     config = {
-        "server": {"max_body_bytes": 8192},
+        "server": {"max_body_bytes": 32768},
         "providers": {"up": {"type": kind, "base_url": base, "models": ["m"]}},
     }
     with olp_server(tmp_path, config) as server:
@@ -103,7 +103,7 @@ def test_count_tokens_refuses_what_create_refuses(olp: ThreadServer) -> None:
 
 
 def test_body_over_the_limit_is_413(olp: ThreadServer) -> None:
-    resp = post(olp, dumps({**MESSAGES_REQUESTS[0], "system": "x" * 10_000}))
+    resp = post(olp, dumps({**MESSAGES_REQUESTS[0], "system": "x" * 40_000}))
     assert resp.status_code == 413
     assert error_of(resp)["type"] == "request_too_large"
 
@@ -152,3 +152,58 @@ def test_the_parser_raises_only_invalid_request(doc: Any, counting: bool) -> Non
         return  # (any other exception fails the test)
     assert isinstance(request, ChatRequest)
     assert estimate_input_tokens(request) >= 0
+
+
+def nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("where", "doc"),
+    [
+        (
+            "messages[0].content[0].input",
+            {
+                "messages": [
+                    {
+                        "role": "assistant",
+                        "content": [
+                            {"type": "tool_use", "id": "t", "name": "f", "input": nested(300)}
+                        ],
+                    }
+                ]
+            },
+        ),
+        (
+            "tools[0].input_schema",
+            {"tools": [{"name": "f", "input_schema": nested(300)}]},
+        ),
+        ("context_management", {"context_management": nested(300)}),
+    ],
+)
+def test_deep_nesting_is_refused_by_name(olp: ThreadServer, where: str, doc: Any) -> None:
+    body = {**MESSAGES_REQUESTS[0], **doc}
+    resp = httpx.post(
+        f"{olp.base_url}/v1/messages",
+        content=dumps(body),
+        headers=HEADERS,
+        timeout=10,
+    )
+    assert resp.status_code == 400, resp.text
+    assert error_of(resp)["message"].startswith(f"{where}: nested too deeply")
+
+
+def test_control_characters_in_the_model_are_refused(olp: ThreadServer) -> None:
+    resp = post(olp, dumps({**MESSAGES_REQUESTS[0], "model": "m\r\nX-Evil: 1"}))
+    assert resp.status_code == 400
+    assert "control characters" in error_of(resp)["message"]
+
+
+def test_a_deep_cache_control_is_refused_by_name(olp: ThreadServer) -> None:
+    system = [{"type": "text", "text": "hi", "cache_control": nested(300)}]
+    resp = post(olp, dumps({**MESSAGES_REQUESTS[0], "system": system}))
+    assert resp.status_code == 400
+    assert error_of(resp)["message"].startswith("system[0].cache_control: nested too deeply")

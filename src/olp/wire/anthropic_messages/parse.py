@@ -48,8 +48,10 @@ from olp.wire.openai_chat._checks import (
     as_number,
     as_object,
     as_str,
+    bounded,
     invalid,
     kind,
+    model_name,
     show,
 )
 
@@ -96,9 +98,7 @@ def parse_messages_request(
 
 def _request(doc: dict[str, Any], headers: Mapping[str, str], counting: bool) -> ChatRequest:
     get = doc.get
-    model = get("model")
-    if type(model) is not str or not model:
-        raise invalid("model", "required (a non-empty string)")
+    model = model_name(get("model"))
     max_tokens = get("max_tokens")
     if max_tokens is not None or not counting:
         if max_tokens is None:
@@ -145,7 +145,7 @@ def _user(metadata: object) -> str | None:
 
 
 def _passthrough(doc: dict[str, Any], headers: Mapping[str, str]) -> Passthrough | None:
-    fields = {k: v for k, v in doc.items() if k not in _MODELLED and v is not None}
+    fields = {k: bounded(v, k) for k, v in doc.items() if k not in _MODELLED and v is not None}
     if not fields and not headers:
         return None
     return Passthrough(WIRE, fields, dict(headers))
@@ -175,7 +175,8 @@ def _system(value: object) -> tuple[Message, ...]:
 def _mark(block: dict[str, Any], path: str) -> CacheControl | None:
     """A block's `cache_control` breakpoint, if it has one."""
     mark = block.get("cache_control")
-    return None if mark is None else as_object(mark, f"{path}.cache_control")
+    where = f"{path}.cache_control"
+    return None if mark is None else bounded(as_object(mark, where), where)
 
 
 def _system_turn(content: object, path: str) -> list[Message]:
@@ -344,7 +345,7 @@ def _assistant_turn(content: object, path: str) -> Message:
 def _tool_use(block: dict[str, Any], where: str) -> ToolCall:
     call_id = as_str(block.get("id"), f"{where}.id")
     name = as_str(block.get("name"), f"{where}.name")
-    arguments = as_object(block.get("input"), f"{where}.input")
+    arguments = bounded(as_object(block.get("input"), f"{where}.input"), f"{where}.input")
     return ToolCall(call_id, name, orjson.dumps(arguments).decode())
 
 
@@ -377,7 +378,8 @@ def _tool(value: object, path: str) -> Tool:
     if not name:
         raise invalid(f"{path}.name", "must not be empty")
     description = tool.get("description")
-    schema = as_object(tool.get("input_schema"), f"{path}.input_schema")
+    where = f"{path}.input_schema"
+    schema = bounded(as_object(tool.get("input_schema"), where), where)
     return Tool(
         name,
         None if description is None else as_str(description, f"{path}.description"),
