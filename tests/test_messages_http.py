@@ -441,3 +441,24 @@ def test_a_member_keys_limit_is_a_rate_limit_error(tmp_path: Path, upstream: Fak
     assert int(info.value.response.headers["retry-after"]) > 0
     assert "limit" in info.value.body["error"]["message"]  # type: ignore[index]
     assert upstream.calls == 1
+
+
+def test_a_repeat_is_served_from_the_cache_in_both_forms(
+    client: anthropic.Anthropic, upstream: FakeUpstream
+) -> None:
+    upstream.script(Text("cached words", chunks=2))
+    asked: dict[str, Any] = {"model": "smart", "max_tokens": 20, "messages": ASK}
+    first = client.messages.with_raw_response.create(**asked)
+    again = client.messages.with_raw_response.create(**asked)
+    with client.messages.with_streaming_response.create(stream=True, **asked) as streamed:
+        cache = streamed.headers["x-olp-cache"]
+    with client.messages.stream(**asked) as stream:
+        final = stream.get_final_message()
+    assert (first.headers["x-olp-cache"], again.headers["x-olp-cache"], cache) == (
+        "miss",
+        "hit",
+        "hit",
+    )
+    assert again.parse().content[0].text == "cached words"  # type: ignore[union-attr]
+    assert final.content[0].text == "cached words"  # type: ignore[union-attr]
+    assert upstream.calls == 1
