@@ -207,3 +207,14 @@ def test_a_deep_cache_control_is_refused_by_name(olp: ThreadServer) -> None:
     resp = post(olp, dumps({**MESSAGES_REQUESTS[0], "system": system}))
     assert resp.status_code == 400
     assert error_of(resp)["message"].startswith("system[0].cache_control: nested too deeply")
+
+
+def test_wrong_method_and_unknown_path_answer_in_anthropics_shape(olp: ThreadServer) -> None:
+    wrong = httpx.get(f"{olp.base_url}/v1/messages", headers=HEADERS)
+    assert wrong.status_code == 405 and wrong.headers["allow"] == "POST"
+    assert error_of(wrong)["type"] == "invalid_request_error"
+    unknown = httpx.post(f"{olp.base_url}/v1/messages/batches", headers=HEADERS, content=b"{}")
+    assert unknown.status_code == 404
+    assert error_of(unknown)["type"] == "not_found_error"
+    chat = httpx.get(f"{olp.base_url}/v1/chat/completions", headers=HEADERS)
+    assert set(chat.json()) == {"error"}  # OpenAI's shape there

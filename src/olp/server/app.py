@@ -46,6 +46,7 @@ from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
 from olp.server.routes import health, list_models
 from olp.server.status_api import management_status
+from olp.wire.anthropic_messages import error_body as anthropic_error_body
 from olp.wire.openai_chat import OpenAIChat, error_body
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
@@ -191,15 +192,17 @@ class OLPApp:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)
         except OLPError as err:
-            await _send_error(send, err)
+            await _send_error(send, err, _error_body_for(req.path))
         except asyncio.CancelledError:
             # The server stopped past server.shutdown_grace_s (chat ends its own requests).
             if task is not None:
                 task.uncancel()
-            await _send_error(send, ShuttingDown("OLP is shutting down; retry in a few seconds."))
+            stopping = ShuttingDown("OLP is shutting down; retry in a few seconds.")
+            await _send_error(send, stopping, _error_body_for(req.path))
         except Exception:
             log.error("unhandled_error", path=req.path, exc_info=True)
-            await _send_error(send, OLPError("Internal server error; see the OLP log."))
+            internal = OLPError("Internal server error; see the OLP log.")
+            await _send_error(send, internal, _error_body_for(req.path))
         finally:
             self._requests.discard(task)
 
@@ -276,14 +279,22 @@ def _route(method: str, path: str) -> Handler:
     return handler
 
 
-async def _send_error(send: Send, err: OLPError) -> None:
+def _error_body_for(path: str) -> Callable[[OLPError], bytes]:
+    """Anthropic's error shape under its API's paths (its SDK reads the error's type
+    there), OpenAI's everywhere else."""
+    return anthropic_error_body if path.startswith("/v1/messages") else error_body
+
+
+async def _send_error(
+    send: Send, err: OLPError, body: Callable[[OLPError], bytes] = error_body
+) -> None:
     headers = [(b"content-type", b"application/json")]
     if err.retry_after is not None:
         headers.append((b"retry-after", header_value(str(max(1, math.ceil(err.retry_after))))))
     if isinstance(err, MethodNotAllowed):
         headers.append((b"allow", header_value(", ".join(err.allow))))
     try:
-        await send_bytes(send, err.http_status, headers, error_body(err))
+        await send_bytes(send, err.http_status, headers, body(err))
     except RuntimeError:
         # The response had already started; the connection is the only thing left to close.
         log.warning("error_after_response_started", code=err.code)
