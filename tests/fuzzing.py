@@ -123,3 +123,66 @@ CHAT_REQUESTS: list[Any] = [
         "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": {}}},
     },
 ]
+
+
+# Valid Anthropic Messages requests, plain and with every part OLP parses.
+MESSAGES_REQUESTS: list[Any] = [
+    {"model": "m", "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]},
+    {
+        "model": "m",
+        "max_tokens": 50,
+        "stream": True,
+        "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
+        "temperature": 0.2,
+        "top_p": 0.9,
+        "top_k": 5,
+        "stop_sequences": ["x"],
+        "metadata": {"user_id": "u1"},
+        "thinking": {"type": "enabled", "budget_tokens": 1024},
+        "context_management": {"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        "output_config": {"effort": "high"},
+        "messages": [
+            {"role": "system", "content": "mid-conversation system text"},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "what is this"},
+                    {
+                        "type": "image",
+                        "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"},
+                    },
+                    {"type": "image", "source": {"type": "url", "url": "https://x/a.png"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "hmm", "signature": "sig"},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "text", "text": "let me look"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "is_error": False,
+                        "content": [{"type": "text", "text": "42"}],
+                    },
+                    {"type": "text", "text": "and now?"},
+                ],
+            },
+        ],
+        "tools": [
+            {
+                "name": "f",
+                "description": "a tool",
+                "input_schema": {"type": "object", "properties": {"a": {"type": "integer"}}},
+            }
+        ],
+        "tool_choice": {"type": "tool", "name": "f", "disable_parallel_tool_use": True},
+    },
+]

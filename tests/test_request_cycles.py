@@ -30,6 +30,13 @@ _SERVER_TYPES = {
     "FlightView",
     "LeaderView",
     "Served",
+    "ChunkEncoder",
+    "MessageStreamEncoder",
+}
+# The routes, and how a truncated stream ends on each.
+_ROUTES = {
+    "/v1/chat/completions": '"finish_reason":"length"',
+    "/v1/messages": '"stop_reason":"max_tokens"',
 }
 
 
@@ -47,9 +54,10 @@ def collector_off() -> Iterator[None]:
         gc.enable()
 
 
+@pytest.mark.parametrize("route", sorted(_ROUTES))
 @pytest.mark.parametrize("cache", [False, True], ids=["cache-off", "cache-on"])
 def test_requests_leave_no_cycles(
-    tmp_path: Path, upstream: FakeUpstream, cache: bool, collector_off: None
+    tmp_path: Path, upstream: FakeUpstream, cache: bool, route: str, collector_off: None
 ) -> None:
     config = {
         "providers": {"up": {"type": "openai-http", "base_url": upstream.openai_base_url}},
@@ -65,29 +73,35 @@ def test_requests_leave_no_cycles(
                 body = {
                     "model": "m",
                     "stream": stream,
+                    "max_tokens": 50,  # (what both routes take)
                     "messages": [{"role": "user", "content": f"hi {i // 2}"}],
                 }
-                answer = client.post("/v1/chat/completions", json=body, headers=headers)
+                answer = client.post(route, json=body, headers=headers)
                 assert answer.status_code == 200, answer.text
         # And the refusals a client may hammer OLP with.
         upstream.script(Status(500))
         refused = [
-            client.post("/v1/chat/completions", json=_chat("m"), headers=headers),  # 503
-            client.post("/v1/chat/completions", json=_chat("nope"), headers=headers),
-            client.post("/v1/chat/completions", json={"model": "m"}, headers=headers),
-            client.post("/v1/chat/completions", json=_chat("m"), headers={"Authorization": "x"}),
+            client.post(route, json=_chat("m"), headers=headers),  # 503
+            client.post(route, json=_chat("nope"), headers=headers),
+            client.post(route, json={"model": "m"}, headers=headers),
+            client.post(route, json=_chat("m"), headers={"Authorization": "x"}),
         ]
         assert [r.status_code for r in refused] == [503, 404, 400, 401]
         # A stream cut off after its first bytes: it ends as truncated ("length"), and
         # neither the flight nor the error it keeps for its listeners outlives it.
         for _ in range(3):
             upstream.script(DieMidStream())
-            cut = client.post("/v1/chat/completions", json=_chat("m", stream=True), headers=headers)
-            assert cut.status_code == 200 and '"finish_reason":"length"' in cut.text
+            cut = client.post(route, json=_chat("m", stream=True), headers=headers)
+            assert cut.status_code == 200 and _ROUTES[route] in cut.text
         gc.collect()
         left = [type(o).__name__ for o in gc.garbage if type(o).__name__ in _SERVER_TYPES]
     assert left == []
 
 
 def _chat(model: str, *, stream: bool = False) -> dict[str, object]:
-    return {"model": model, "stream": stream, "messages": [{"role": "user", "content": "hi"}]}
+    return {
+        "model": model,
+        "stream": stream,
+        "max_tokens": 50,
+        "messages": [{"role": "user", "content": "hi"}],
+    }

@@ -33,7 +33,9 @@ from olp.ir import (
     ImagePart,
     Message,
     NamedToolChoice,
+    Passthrough,
     ReasoningDelta,
+    ReasoningPart,
     ResponseFormat,
     TextDelta,
     TextPart,
@@ -162,7 +164,7 @@ def _sample(cls: type) -> Any:
 # What the codec writes for each event type; a new field must bump CODEC_VERSION.
 CODEC_FIELDS = {
     TextDelta: ("text",),
-    ReasoningDelta: ("text",),
+    ReasoningDelta: ("text", "signature", "encrypted"),
     ToolCallDelta: ("index", "id", "name", "arguments"),
     Usage: (
         "prompt_tokens",
@@ -172,7 +174,7 @@ CODEC_FIELDS = {
         "reasoning_tokens",
         "cost_usd",
     ),
-    Finish: ("reason",),
+    Finish: ("reason", "stop_sequence"),
 }
 
 
@@ -181,7 +183,7 @@ def test_every_event_field_is_known_to_the_codec() -> None:
     for cls, names in CODEC_FIELDS.items():
         got = tuple(f.name for f in dataclasses.fields(cls))
         assert got == names, f"{cls.__name__} changed: update olp.cache.codec, bump CODEC_VERSION"
-    assert codec.CODEC_VERSION == 1
+    assert codec.CODEC_VERSION == 2
 
 
 # -- sensitivity ---------------------------------------------------------------------------
@@ -201,6 +203,7 @@ REQUEST_CHANGES: dict[str, Any] = {
     "stop": ("x",),
     "seed": 7,
     "extra": {"frequency_penalty": 0.5},
+    "passthrough": Passthrough("anthropic_messages", {"context_management": {}}),
 }
 
 # For each nested class: how to put an instance into a request, a base instance, and one
@@ -215,17 +218,30 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
             "name": "bob",
             "tool_calls": (ToolCall("c1", "f", "{}"),),
             "tool_call_id": "c1",
+            "reasoning": (ReasoningPart("hmm", "sig"),),
+            "is_error": True,
+            "cache_control": {"type": "ephemeral"},
         },
+    ),
+    ReasoningPart: (
+        lambda r: replace(BASE, messages=(Message("assistant", "ok", reasoning=(r,)),)),
+        ReasoningPart("hmm", "sig"),
+        {"text": "well", "signature": "sig2", "encrypted": "opaque"},
+    ),
+    Passthrough: (
+        lambda p: replace(BASE, passthrough=p),
+        Passthrough("anthropic_messages"),
+        {"wire": "openai_chat", "fields": {"a": 1}, "headers": {"anthropic-beta": "x"}},
     ),
     TextPart: (
         lambda p: replace(BASE, messages=(Message("user", (p,)),)),
         TextPart("a"),
-        {"text": "b"},
+        {"text": "b", "cache_control": {"type": "ephemeral"}},
     ),
     ImagePart: (
         lambda p: replace(BASE, messages=(Message("user", (p,)),)),
         ImagePart("https://x/a.png"),
-        {"url": "https://x/b.png", "detail": "high"},
+        {"url": "https://x/b.png", "detail": "high", "cache_control": {"type": "ephemeral"}},
     ),
     ToolCall: (
         lambda c: replace(BASE, messages=(Message("assistant", None, tool_calls=(c,)),)),
@@ -235,7 +251,13 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
     Tool: (
         lambda t: replace(BASE, tools=(t,)),
         Tool("f"),
-        {"name": "g", "description": "d", "parameters": {"type": "object"}, "strict": True},
+        {
+            "name": "g",
+            "description": "d",
+            "parameters": {"type": "object"},
+            "strict": True,
+            "cache_control": {"type": "ephemeral"},
+        },
     ),
     NamedToolChoice: (
         lambda c: replace(BASE, tools=(Tool("f"),), tool_choice=c),

@@ -25,6 +25,8 @@ __all__ = [
     "split",
     "text_message",
     "text_stream",
+    "thinking_message",
+    "thinking_stream",
     "tool_message",
     "tool_stream",
 ]
@@ -154,10 +156,12 @@ def _an_head(model: str, usage: dict[str, Any]) -> list[Frame]:
     ]
 
 
-def _an_tail(stop_reason: str, usage: dict[str, Any]) -> list[Frame]:
+def _an_tail(
+    stop_reason: str, usage: dict[str, Any], stop_sequence: str | None = None
+) -> list[Frame]:
     delta = {
         "type": "message_delta",
-        "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+        "delta": {"stop_reason": stop_reason, "stop_sequence": stop_sequence},
         "usage": {"output_tokens": usage.get("output_tokens", 0)},
     }
     return [
@@ -178,7 +182,11 @@ def _an_block(index: int, block: Mapping[str, Any], deltas: list[dict[str, Any]]
 
 
 def _an_message(
-    model: str, content: list[dict[str, Any]], stop_reason: str, usage: dict[str, Any]
+    model: str,
+    content: list[dict[str, Any]],
+    stop_reason: str,
+    usage: dict[str, Any],
+    stop_sequence: str | None = None,
 ) -> dict[str, Any]:
     return {
         "id": "msg_fake",
@@ -187,7 +195,7 @@ def _an_message(
         "model": model,
         "content": content,
         "stop_reason": stop_reason,
-        "stop_sequence": None,
+        "stop_sequence": stop_sequence,
         "usage": usage,
     }
 
@@ -196,14 +204,20 @@ def _an_message(
 
 
 def text_message(
-    kind: Format, model: str, text: str, usage: Mapping[str, Any] | None, finish: str | None
+    kind: Format,
+    model: str,
+    text: str,
+    usage: Mapping[str, Any] | None,
+    finish: str | None,
+    stop_sequence: str | None = None,
 ) -> dict[str, Any]:
     pieces = len(split(text, 1_000_000))
     if kind == OPENAI:
         message = {"role": "assistant", "content": text}
         return _oa_message(model, message, finish or "stop", _oa_usage(usage, pieces))
     content = [{"type": "text", "text": text}]
-    return _an_message(model, content, finish or "end_turn", _an_usage(usage, pieces))
+    usage_doc = _an_usage(usage, pieces)
+    return _an_message(model, content, finish or "end_turn", usage_doc, stop_sequence)
 
 
 def text_stream(
@@ -213,6 +227,7 @@ def text_stream(
     chunks: int,
     usage: Mapping[str, Any] | None,
     finish: str | None,
+    stop_sequence: str | None = None,
 ) -> list[Frame]:
     pieces = split(text, chunks)
     if kind == OPENAI:
@@ -222,7 +237,42 @@ def text_stream(
     full = _an_usage(usage, len(pieces))
     deltas = [{"type": "text_delta", "text": p} for p in pieces]
     block = _an_block(0, {"type": "text", "text": ""}, deltas)
-    return _an_head(model, full) + block + _an_tail(finish or "end_turn", full)
+    return _an_head(model, full) + block + _an_tail(finish or "end_turn", full, stop_sequence)
+
+
+def thinking_message(
+    kind: Format, model: str, thinking: str, signature: str, text: str
+) -> dict[str, Any]:
+    if kind == OPENAI:
+        message = {"role": "assistant", "content": text, "reasoning_content": thinking}
+        return _oa_message(model, message, "stop", _oa_usage(None, 5))
+    content = [
+        {"type": "thinking", "thinking": thinking, "signature": signature},
+        {"type": "text", "text": text},
+    ]
+    return _an_message(model, content, "end_turn", _an_usage(None, 5))
+
+
+def thinking_stream(
+    kind: Format, model: str, thinking: str, signature: str, text: str
+) -> list[Frame]:
+    if kind == OPENAI:
+        frames = [Frame(_oa_chunk(model, {"role": "assistant", "content": ""}))]
+        frames.append(Frame(_oa_chunk(model, {"reasoning_content": thinking}), content=True))
+        frames.append(Frame(_oa_chunk(model, {"content": text}), content=True))
+        return frames + _oa_tail(model, "stop", _oa_usage(None, 5))
+    usage = _an_usage(None, 5)
+    deltas = [{"type": "thinking_delta", "thinking": p} for p in split(thinking, 2)] + [
+        {"type": "signature_delta", "signature": signature}
+    ]
+    block = {"type": "thinking", "thinking": "", "signature": ""}
+    text_deltas = [{"type": "text_delta", "text": text}]
+    return (
+        _an_head(model, usage)
+        + _an_block(0, block, deltas)
+        + _an_block(1, {"type": "text", "text": ""}, text_deltas)
+        + _an_tail("end_turn", usage)
+    )
 
 
 def tool_message(

@@ -40,6 +40,7 @@ __all__ = [
     "Slow",
     "Status",
     "Text",
+    "Thinking",
     "ToolCalls",
 ]
 
@@ -56,6 +57,7 @@ class Text:
     usage: Mapping[str, Any] | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     finish_reason: str | None = None  # the upstream's own word; default stop / end_turn
+    stop_sequence: str | None = None  # Anthropic's: the stop sequence that ended it
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,15 @@ class ToolCalls:
     chunks: int = 2
     text: str = ""
     headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Thinking:
+    """A signed thinking block, then `text` (OpenAI: `reasoning_content`, then content)."""
+
+    thinking: str = "Let me think."
+    signature: str = "sig-fake"
+    text: str = DEFAULT_TEXT
 
 
 @dataclass(frozen=True)
@@ -122,7 +133,7 @@ class ErrorEvent:
     after_chunks: int = 1
 
 
-Behaviour = Text | ToolCalls | Status | Hang | DieMidStream | Slow | Garbage | ErrorEvent
+Behaviour = Text | ToolCalls | Thinking | Status | Hang | DieMidStream | Slow | Garbage | ErrorEvent
 
 
 @dataclass(frozen=True)
@@ -322,6 +333,13 @@ class FakeUpstream:
             return await self._text(request, kind, behaviour, stream, usage_wanted, model)
         if isinstance(behaviour, ToolCalls):
             return await self._tools(request, kind, behaviour, stream, usage_wanted, model)
+        if isinstance(behaviour, Thinking):
+            b = behaviour
+            if not stream:
+                doc = fmt.thinking_message(kind, model, b.thinking, b.signature, b.text)
+                return web.json_response(doc)
+            frames = fmt.thinking_stream(kind, model, b.thinking, b.signature, b.text)
+            return await self._stream(request, frames, 0.0, {}, usage_wanted)
         if isinstance(behaviour, DieMidStream):
             if not stream:
                 return await self._die_in_body(request, kind, model)
@@ -338,9 +356,11 @@ class FakeUpstream:
         model: str,
     ) -> web.StreamResponse:
         if not stream:
-            doc = fmt.text_message(kind, model, b.text, b.usage, b.finish_reason)
+            doc = fmt.text_message(kind, model, b.text, b.usage, b.finish_reason, b.stop_sequence)
             return web.json_response(doc, headers=b.headers)
-        frames = fmt.text_stream(kind, model, b.text, b.chunks, b.usage, b.finish_reason)
+        frames = fmt.text_stream(
+            kind, model, b.text, b.chunks, b.usage, b.finish_reason, b.stop_sequence
+        )
         return await self._stream(request, frames, b.delay_s, b.headers, usage_wanted)
 
     async def _tools(

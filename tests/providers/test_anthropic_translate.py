@@ -263,7 +263,7 @@ def test_whole_answer_with_thinking_text_and_tools() -> None:
         cache_creation_input_tokens=20,
     )
     assert events_from_response("haiku", doc) == [
-        ReasoningDelta("hmm"),
+        ReasoningDelta("hmm", "sig"),
         TextDelta("Let me look."),
         ToolCallDelta(0, "tu1", "a", '{"x":1}'),
         ToolCallDelta(1, "tu2", "b", "{}"),
@@ -371,6 +371,7 @@ def test_full_stream_with_thinking_text_and_two_tools() -> None:
     # Tool indexes count tool_use blocks (0, 1), not content blocks (2, 3).
     assert events == [
         ReasoningDelta("plan"),
+        ReasoningDelta("", signature="s"),  # the block's seal, for an Anthropic client
         TextDelta("On it."),
         ToolCallDelta(0, "tu1", "get", ""),
         ToolCallDelta(0, arguments='{"a":'),

@@ -19,8 +19,8 @@ from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usag
 __all__ = ["CODEC_VERSION", "FIXED_SIZES", "decode_events", "encode_events", "estimate_size"]
 
 # Bump when an event type gains, loses or reorders a field (tests/cache pins the fields).
-CODEC_VERSION = 1
-_TEXTS = (TextDelta, ReasoningDelta)
+CODEC_VERSION = 2
+_TEXTS = (TextDelta, ReasoningDelta)  # (ReasoningDelta is sized apart: its seals)
 
 
 def encode_events(events: Iterable[Event]) -> bytes:
@@ -52,11 +52,23 @@ def _usage(event: Usage) -> tuple[Any, ...]:
 # The other event types by exact type (the IR event classes have no subclasses): one dict
 # lookup per event. (orjson could write the dataclasses itself, but its dataclass path
 # costs about twice this.)
+def _reasoning(event: ReasoningDelta) -> tuple[Any, ...]:
+    if event.signature is None and event.encrypted is None:
+        return ("r", event.text)
+    return ("r", event.text, event.signature, event.encrypted)
+
+
+def _finish(event: Finish) -> tuple[Any, ...]:
+    if event.stop_sequence is None:
+        return ("f", event.reason)
+    return ("f", event.reason, event.stop_sequence)
+
+
 _ITEMS: dict[type, Callable[[Any], tuple[Any, ...]]] = {
-    ReasoningDelta: lambda e: ("r", e.text),
+    ReasoningDelta: _reasoning,
     ToolCallDelta: lambda e: ("c", e.index, e.id, e.name, e.arguments),
     Usage: _usage,
-    Finish: lambda e: ("f", e.reason),
+    Finish: _finish,
 }
 
 
@@ -71,6 +83,8 @@ def estimate_size(event: Event) -> int:
     Exact for ASCII text without escapes; the exact size is checked when the entry is
     written.
     """
+    if isinstance(event, ReasoningDelta):
+        return len(event.text) + len(event.signature or "") + len(event.encrypted or "") + 8
     if isinstance(event, _TEXTS):
         return len(event.text) + 8
     if isinstance(event, ToolCallDelta):
@@ -94,11 +108,11 @@ def _decode(item: list[Any]) -> Event:
     if tag == "t":
         return TextDelta(item[1])
     if tag == "r":
-        return ReasoningDelta(item[1])
+        return ReasoningDelta(*item[1:4])
     if tag == "c":
         return ToolCallDelta(item[1], item[2], item[3], item[4])
     if tag == "u":
         return Usage(item[1], item[2], item[3], item[4], item[5], item[6])
     if tag == "f":
-        return Finish(item[1])
+        return Finish(*item[1:3])
     raise ValueError(f"unknown event tag {tag!r}")

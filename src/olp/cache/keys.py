@@ -35,6 +35,8 @@ from olp.ir import (
     ImagePart,
     Message,
     NamedToolChoice,
+    Passthrough,
+    ReasoningPart,
     ResponseFormat,
     TextPart,
     Tool,
@@ -55,19 +57,33 @@ __all__ = [
 
 # Bump whenever the encoding below changes meaning: old entries then simply stop matching
 # (and age out by TTL and LRU) instead of answering requests they were not made for.
-KEY_SCHEMA = 4
+KEY_SCHEMA = 5
 
 # The nested IR classes as the key writes them: these fields, in this order (a reordering
 # changes every key: bump KEY_SCHEMA).
 _FIELDS: Mapping[type, tuple[str, ...]] = {
-    Message: ("role", "content", "name", "tool_calls", "tool_call_id"),
-    TextPart: ("text",),
-    ImagePart: ("url", "detail"),
+    Message: (
+        "role",
+        "content",
+        "name",
+        "tool_calls",
+        "tool_call_id",
+        "reasoning",
+        "is_error",
+        "cache_control",
+    ),
+    ReasoningPart: ("text", "signature", "encrypted"),
+    # (Prompt-caching breakpoints do not change the answer, but a request's parts are
+    # written whole: a moved breakpoint costs a miss, never a wrong hit.)
+    TextPart: ("text", "cache_control"),
+    ImagePart: ("url", "detail", "cache_control"),
     ToolCall: ("id", "name", "arguments"),
     # The description and schema steer the model as much as the prompt does.
-    Tool: ("name", "description", "parameters", "strict"),
+    Tool: ("name", "description", "parameters", "strict", "cache_control"),
     NamedToolChoice: ("name",),
     ResponseFormat: ("type", "json_schema"),
+    # Fields and headers of the client's own wire (an Anthropic beta changes the answer).
+    Passthrough: ("wire", "fields", "headers"),
 }
 
 # The request's INCLUDED fields, each at its place in the canonical array
@@ -86,6 +102,7 @@ _POSITIONS = (
     "seed",
     # Pass-through options, minus EXCLUDED_EXTRA; unknown future ones are included.
     "extra",
+    "passthrough",
 )
 
 INCLUDED: Mapping[type, frozenset[str]] = {
@@ -116,6 +133,8 @@ EXCLUDED: Mapping[type, frozenset[str]] = {
     Tool: frozenset(),
     NamedToolChoice: frozenset(),
     ResponseFormat: frozenset(),
+    ReasoningPart: frozenset(),
+    Passthrough: frozenset(),
 }
 
 # `ChatRequest.extra` options that are bookkeeping for the upstream, not generation inputs.
@@ -162,6 +181,7 @@ def canonical_request(request: ChatRequest) -> bytes:
             request.stop,
             request.seed,
             _extra(extra) if extra else None,
+            request.passthrough,
         ),
         option=_OPTIONS,
         default=_nested,

@@ -14,12 +14,15 @@ from olp.ir.events import (
     is_content,
 )
 from olp.ir.request import (
+    CacheControl,
     ChatRequest,
     ContentPart,
     ImagePart,
     JSONValue,
     Message,
     NamedToolChoice,
+    Passthrough,
+    ReasoningPart,
     ResponseFormat,
     Role,
     TextPart,
@@ -32,6 +35,7 @@ from olp.ir.response import ChatResponse, ResponseBuilder
 
 __all__ = [
     "CONTENT_EVENTS",
+    "CacheControl",
     "ChatRequest",
     "ChatResponse",
     "ContentPart",
@@ -42,7 +46,9 @@ __all__ = [
     "JSONValue",
     "Message",
     "NamedToolChoice",
+    "Passthrough",
     "ReasoningDelta",
+    "ReasoningPart",
     "ResponseBuilder",
     "ResponseFormat",
     "Role",

@@ -32,9 +32,17 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class ReasoningDelta:
-    """Model thinking, when the upstream exposes it (sent as `reasoning_content`)."""
+    """Model thinking, when the upstream exposes it (sent as `reasoning_content`).
+
+    Some upstreams seal each block of thinking so it can be sent back in a later turn:
+    `signature` is that seal, and comes with the block's last piece (it ends the block);
+    `encrypted` is a whole block whose text the upstream withholds. Clients of wires
+    without these simply never see them.
+    """
 
     text: str
+    signature: str | None = None
+    encrypted: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +74,8 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Finish:
     reason: FinishReason
+    # For "stop": the client's stop sequence that ended the answer, when the upstream says.
+    stop_sequence: str | None = None
 
 
 Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish

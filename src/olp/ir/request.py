@@ -11,12 +11,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = [
+    "CacheControl",
     "ChatRequest",
     "ContentPart",
     "ImagePart",
     "JSONValue",
     "Message",
     "NamedToolChoice",
+    "Passthrough",
+    "ReasoningPart",
     "ResponseFormat",
     "Role",
     "TextPart",
@@ -30,9 +33,16 @@ JSONValue = Any
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 
+# A prompt-caching breakpoint a client set on a part, message or tool, as it wrote it
+# (`{"type": "ephemeral", "ttl"?: …}`): upstreams with prompt caching honour it, others
+# ignore it.
+CacheControl = Mapping[str, Any]
+
+
 @dataclass(frozen=True, slots=True)
 class TextPart:
     text: str
+    cache_control: CacheControl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +51,7 @@ class ImagePart:
 
     url: str
     detail: Literal["auto", "low", "high"] | None = None
+    cache_control: CacheControl | None = None
 
 
 ContentPart = TextPart | ImagePart
@@ -56,6 +67,16 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningPart:
+    """A block of an assistant's earlier thinking, sent back as the upstream sealed it
+    (see `ReasoningDelta`): `text` with its `signature`, or `encrypted` alone."""
+
+    text: str
+    signature: str | None = None
+    encrypted: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     role: Role
     # Text-only content keeps its plain string form; mixed content is a tuple of parts.
@@ -63,6 +84,12 @@ class Message:
     name: str | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     tool_call_id: str | None = None
+    # An assistant's thinking before its content, when the client sent it back.
+    reasoning: tuple[ReasoningPart, ...] = ()
+    # A tool result that reports the tool's failure.
+    is_error: bool = False
+    # A breakpoint at the end of this message (its last block).
+    cache_control: CacheControl | None = None
 
     def text(self) -> str:
         """The message's text parts joined; images are left out."""
@@ -79,6 +106,7 @@ class Tool:
     description: str | None = None
     parameters: Mapping[str, JSONValue] | None = None
     strict: bool | None = None
+    cache_control: CacheControl | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +122,20 @@ class ResponseFormat:
     type: Literal["text", "json_object", "json_schema"]
     # For json_schema: {"name", "schema", "strict"?, "description"?} as the client sent it.
     json_schema: Mapping[str, JSONValue] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Passthrough:
+    """What a client's wire said that the IR does not model, kept for an upstream that
+    speaks the same wire: top-level body fields and request headers, as sent.
+
+    Only a provider whose API is that wire (`wire` names it, as `Dialect.name` does) reads
+    it; every other provider ignores it, and documents which fields it loses.
+    """
+
+    wire: str
+    fields: Mapping[str, JSONValue] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +159,7 @@ class ChatRequest:
     # Sampling and output options OLP does not interpret (frequency_penalty, logit_bias,
     # reasoning_effort, ...). OpenAI-compatible providers forward them; others drop them.
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
+    passthrough: Passthrough | None = None
 
     def with_model(self, model: str) -> ChatRequest:
         # Most chains send the requested model name on, and `replace` rebuilds every field

@@ -14,7 +14,7 @@ from olp.ir.events import (
     ToolCallDelta,
     Usage,
 )
-from olp.ir.request import ToolCall
+from olp.ir.request import ReasoningPart, ToolCall
 
 __all__ = ["ChatResponse", "ResponseBuilder"]
 
@@ -26,6 +26,9 @@ class ChatResponse:
     tool_calls: tuple[ToolCall, ...]
     finish_reason: FinishReason
     usage: Usage | None
+    # The thinking as blocks, with their seals (see `ReasoningDelta`); `reasoning` is its text.
+    reasoning_parts: tuple[ReasoningPart, ...] = ()
+    stop_sequence: str | None = None
 
 
 @dataclass(slots=True)
@@ -43,7 +46,11 @@ class ResponseBuilder:
     reasoning: list[str] = field(default_factory=list)
     calls: dict[int, _PendingCall] = field(default_factory=dict)
     finish: FinishReason | None = None
+    stop_sequence: str | None = None
     usage: Usage | None = None
+    # Finished thinking blocks, and the pieces of the open one.
+    blocks: list[ReasoningPart] = field(default_factory=list)
+    open_block: list[str] = field(default_factory=list)
 
     def add(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -56,11 +63,28 @@ class ResponseBuilder:
                 call.name += event.name
             call.arguments.append(event.arguments)
         elif isinstance(event, ReasoningDelta):
-            self.reasoning.append(event.text)
+            self._reasoning(event)
         elif isinstance(event, Usage):
             self.usage = event
         elif isinstance(event, Finish):
             self.finish = event.reason
+            self.stop_sequence = event.stop_sequence
+
+    def _reasoning(self, event: ReasoningDelta) -> None:
+        if event.text:
+            self.reasoning.append(event.text)
+            self.open_block.append(event.text)
+        if event.encrypted is not None:
+            self._close_block()
+            self.blocks.append(ReasoningPart("", encrypted=event.encrypted))
+        elif event.signature is not None:
+            self.blocks.append(ReasoningPart("".join(self.open_block), event.signature))
+            self.open_block.clear()
+
+    def _close_block(self) -> None:
+        if self.open_block:
+            self.blocks.append(ReasoningPart("".join(self.open_block)))
+            self.open_block.clear()
 
     def extend(self, events: Iterable[Event]) -> ResponseBuilder:
         for event in events:
@@ -73,10 +97,15 @@ class ResponseBuilder:
             for _, c in sorted(self.calls.items())
         )
         finish = self.finish or ("tool_calls" if calls else "stop")
+        blocks = list(self.blocks)
+        if self.open_block:  # thinking without a seal
+            blocks.append(ReasoningPart("".join(self.open_block)))
         return ChatResponse(
             text="".join(self.text) if self.text else None,
             reasoning="".join(self.reasoning) if self.reasoning else None,
             tool_calls=calls,
             finish_reason=finish,
             usage=self.usage,
+            reasoning_parts=tuple(blocks),
+            stop_sequence=self.stop_sequence,
         )

@@ -177,9 +177,11 @@ class HttpClient:
         if self._slots is not None:
             self._slots.release()
 
-    def post(self, url: str, body: bytes) -> UpstreamCall:
-        """`async with client.post(url, body) as call:` — raises for non-2xx answers."""
-        return UpstreamCall(self, url, body)
+    def post(self, url: str, body: bytes, headers: Mapping[str, str] | None = None) -> UpstreamCall:
+        """`async with client.post(url, body) as call:` — raises for non-2xx answers.
+
+        `headers`: this request's own, added to the client's."""
+        return UpstreamCall(self, url, body, headers)
 
     def quota(self) -> QuotaSnapshot | None:
         return self._quota.snapshot()
@@ -216,15 +218,23 @@ class UpstreamCall:
         "_eof",
         "_first_at",
         "_has_slot",
+        "_headers",
         "_resp",
         "_total_at",
         "_url",
     )
 
-    def __init__(self, client: HttpClient, url: str, body: bytes) -> None:
+    def __init__(
+        self,
+        client: HttpClient,
+        url: str,
+        body: bytes,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self._client = client
         self._url = url
         self._body = body
+        self._headers = headers
         self._resp: aiohttp.ClientResponse | None = None
         self._decoder: SSEDecoder | None = None
         self._eof = False
@@ -263,7 +273,7 @@ class UpstreamCall:
             try:
                 async with asyncio.timeout_at(min(self._first_at, self._total_at)) as deadline:
                     resp = await client.session().post(
-                        self._url, data=self._body, allow_redirects=False
+                        self._url, data=self._body, headers=self._headers, allow_redirects=False
                     )
             except TimeoutError as exc:
                 if deadline.expired():  # ours, not aiohttp's connect timeout

@@ -10,7 +10,7 @@ loop goes by what came back.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, ClassVar, Protocol
 
 from olp.config.model import ProviderConfig
@@ -86,14 +86,17 @@ async def post_for_events(
     body: Callable[[], bytes],
     from_json: Callable[[Any], list[Event]],
     parser: SSEParser,
+    headers: Mapping[str, str] | None = None,
 ) -> AsyncIterator[Event]:
     """POST `body()` to `url`; yield the answer's events, from JSON or from the stream.
+
+    `headers`: this request's own, beside the provider's.
 
     `body` is called on the first iteration, before any I/O: a request that cannot be
     mapped fails there, without a call, as every provider error does.
     """
     payload = body()
-    async with http.post(url, payload) as call:
+    async with http.post(url, payload, headers) as call:
         if not call.is_event_stream:
             for event in from_json(await call.read_json()):
                 yield event

@@ -31,12 +31,13 @@ from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
-from olp.server.chat import chat_completions
+from olp.server.chat import serve
 from olp.server.context import AppContext
 from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
 from olp.server.management import usage_status
+from olp.server.messages import count_tokens, messages
 from olp.server.meta import header_value
 from olp.server.metrics_api import metrics_endpoint
 from olp.server.observers import limit_usage, record_usage, window_usage
@@ -45,7 +46,8 @@ from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
 from olp.server.routes import health, list_models
 from olp.server.status_api import management_status
-from olp.wire.openai_chat import error_body
+from olp.wire.anthropic_messages import error_body as anthropic_error_body
+from olp.wire.openai_chat import OpenAIChat, error_body
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
 
@@ -55,9 +57,12 @@ log = event_logger("olp.server")
 _REQUESTS_END_S = 5.0
 
 Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
+_chat_completions = serve(OpenAIChat())
 _ROUTES: dict[str, dict[str, Handler]] = {
-    "/v1/chat/completions": {"POST": chat_completions},
-    "/chat/completions": {"POST": chat_completions},
+    "/v1/chat/completions": {"POST": _chat_completions},
+    "/chat/completions": {"POST": _chat_completions},
+    "/v1/messages": {"POST": messages},
+    "/v1/messages/count_tokens": {"POST": count_tokens},
     "/v1/models": {"GET": list_models},
     "/models": {"GET": list_models},
     "/health": {"GET": health},
@@ -187,15 +192,17 @@ class OLPApp:
             handler = _route(req.method, req.path)
             await handler(self.ctx, req, send)
         except OLPError as err:
-            await _send_error(send, err)
+            await _send_error(send, err, _error_body_for(req.path))
         except asyncio.CancelledError:
             # The server stopped past server.shutdown_grace_s (chat ends its own requests).
             if task is not None:
                 task.uncancel()
-            await _send_error(send, ShuttingDown("OLP is shutting down; retry in a few seconds."))
+            stopping = ShuttingDown("OLP is shutting down; retry in a few seconds.")
+            await _send_error(send, stopping, _error_body_for(req.path))
         except Exception:
             log.error("unhandled_error", path=req.path, exc_info=True)
-            await _send_error(send, OLPError("Internal server error; see the OLP log."))
+            internal = OLPError("Internal server error; see the OLP log.")
+            await _send_error(send, internal, _error_body_for(req.path))
         finally:
             self._requests.discard(task)
 
@@ -261,7 +268,7 @@ def _route(method: str, path: str) -> Handler:
     if methods is None:
         raise NotFound(
             f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
-            "/v1/models and /health."
+            "/v1/messages, /v1/models and /health."
         )
     handler = methods.get(method)
     if handler is None:
@@ -272,14 +279,22 @@ def _route(method: str, path: str) -> Handler:
     return handler
 
 
-async def _send_error(send: Send, err: OLPError) -> None:
+def _error_body_for(path: str) -> Callable[[OLPError], bytes]:
+    """Anthropic's error shape under its API's paths (its SDK reads the error's type
+    there), OpenAI's everywhere else."""
+    return anthropic_error_body if path.startswith("/v1/messages") else error_body
+
+
+async def _send_error(
+    send: Send, err: OLPError, body: Callable[[OLPError], bytes] = error_body
+) -> None:
     headers = [(b"content-type", b"application/json")]
     if err.retry_after is not None:
         headers.append((b"retry-after", header_value(str(max(1, math.ceil(err.retry_after))))))
     if isinstance(err, MethodNotAllowed):
         headers.append((b"allow", header_value(", ".join(err.allow))))
     try:
-        await send_bytes(send, err.http_status, headers, error_body(err))
+        await send_bytes(send, err.http_status, headers, body(err))
     except RuntimeError:
         # The response had already started; the connection is the only thing left to close.
         log.warning("error_after_response_started", code=err.code)

@@ -1,15 +1,22 @@
-"""`POST /v1/chat/completions`: parse → route → run the chain → answer, streamed or not."""
+"""The one request pipeline: parse → route → run the chain → answer, streamed or not.
+
+Every generating route (`/v1/chat/completions`, `/v1/messages`, …) is this handler with
+its wire's `Dialect`, which parses the body into the IR and writes the answer and errors
+back in the wire's shape. Everything between (keys, limits, routing, fallback, the
+first-chunk rule, the cache, heartbeats, the ledger, the X-OLP-* headers) is the same for
+all of them and knows no dialect.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import time
-import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from olp.accounts import Identity
-from olp.cache import CacheHop, ResponseCache, cache_policy
-from olp.engine import CacheScope, Chain, FallbackEngine, HopGate, Served
+from olp.cache import CacheHop, ResponseCache, cache_policy, request_fingerprint
+from olp.engine import CacheScope, Chain, HopGate, Served
 from olp.errors import ChainFailed, OLPError, ShuttingDown, UnsupportedMediaType
 from olp.ir import ChatRequest, ChatResponse, Event, Finish, ResponseBuilder, Usage
 from olp.observability import event_logger
@@ -17,11 +24,10 @@ from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send,
 from olp.server.context import AppContext
 from olp.server.meta import ResponseMeta
 from olp.server.outcome import RequestOutcome
-from olp.server.parse_memo import LastHit, ParsedBody
 from olp.server.share_gate import share_gate
-from olp.wire.openai_chat import ChunkEncoder, completion_body, error_body, parse_chat_request
+from olp.wire.dialect import Dialect, StreamEncoder
 
-__all__ = ["chat_completions"]
+__all__ = ["DialectHandler", "handle", "read_json_body", "serve"]
 
 log = event_logger("olp.server")
 
@@ -33,13 +39,27 @@ _SSE_HEADERS: Headers = [
 ]
 
 
+DialectHandler = Callable[[AppContext, Request, Send], Awaitable[None]]
+
+
+def serve(dialect: Dialect) -> DialectHandler:
+    """The route handler that answers in `dialect`."""
+
+    async def route(ctx: AppContext, req: Request, send: Send) -> None:
+        await handle(ctx, req, send, dialect)
+
+    return route
+
+
 @dataclass(slots=True)
 class _Exchange:
-    """One chat request in flight: what we know so far, and whether headers went out."""
+    """One request in flight: what we know so far, and whether headers went out."""
 
     ctx: AppContext
     send: Send
     meta: ResponseMeta
+    dialect: Dialect
+    encoder: StreamEncoder | None = None  # a streamed answer's, once it is known
     started: bool = False
     stream: bool = False
     requested: str = "unknown"
@@ -49,13 +69,15 @@ class _Exchange:
     ttft_ms: float | None = None
     served: Served | None = None
     holding: str | None = None  # the key whose concurrent slot this request holds
-    encoder: ChunkEncoder | None = None  # a streamed answer's, once it is being sent
     client_left: bool = False
 
-    async def start_sse(self) -> None:
+    async def start_sse(self, encoder: StreamEncoder) -> None:
         headers = [*_SSE_HEADERS, *self.meta.headers(self.ctx.config.auth)]
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
         self.started = True
+        opening = encoder.start()
+        if opening:
+            await self.frame(opening)
 
     async def frame(self, data: bytes, *, last: bool = False) -> None:
         await self.send({"type": "http.response.body", "body": data, "more_body": not last})
@@ -67,51 +89,34 @@ class _Exchange:
         # request (a client hammering a 401 or a 429 would feed the garbage collector).
         self.error = err.with_traceback(None)
         self.status = 200 if self.started else err.http_status
-        if self.started:
+        if self.started and self.encoder is not None:
             # Headers are out (heartbeat): the error travels as a final SSE frame.
-            await self.frame(error_frame(err), last=True)
+            await self.frame(self.encoder.error_frame(err), last=True)
             return
         headers = [_JSON, *self.meta.headers(self.ctx.config.auth, err)]
-        await send_bytes(self.send, err.http_status, headers, error_body(err))
+        await send_bytes(self.send, err.http_status, headers, self.dialect.error_body(err))
 
 
-def error_frame(err: OLPError) -> bytes:
-    return b"data: " + error_body(err) + b"\n\n"
-
-
-async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
-    ex = _Exchange(ctx, send, ResponseMeta())
+async def handle(ctx: AppContext, req: Request, send: Send, dialect: Dialect) -> None:
+    """Answer one generating request in `dialect`; nothing escapes but a shutdown's cancel."""
+    ex = _Exchange(ctx, send, ResponseMeta(), dialect)
     watch: DisconnectWatch | None = None
     ctx.metrics.request_started()
     try:
         identity = ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
-        content_type = req.header(b"content-type") or b""
-        if b"application/json" not in content_type.lower():
-            raise UnsupportedMediaType(
-                "Content-Type must be application/json "
-                f"(got {content_type.decode('latin-1') or 'none'!r}); "
-                "with curl, add -H 'Content-Type: application/json'."
-            )
-        server = ctx.config.server
-        body = await req.body(server.max_body_bytes, server.body_timeout_s)
-        parsed = _parse(ctx, body)
-        request = parsed.request
+        body = await read_json_body(ctx, req)
+        request = dialect.parse(body)
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
-        last_hit = parsed.last_hit
-        if last_hit is not None and await _hit_again(ex, req, identity, last_hit, request):
-            return
         chain = ctx.authorize(identity, ctx.router.resolve(request.model))
         _admit(ex, identity)
         watch = DisconnectWatch(req)
-        scope = _cache_scope(ctx, req, identity, body, parsed.fingerprint, watch)
+        scope = _cache_scope(ctx, req, identity, body, request, watch)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         if request.stream:
             await _stream(ex, chain, request, scope)
         else:
             await _complete(ex, chain, request, scope)
-        if ex.meta.cache == "hit" and scope is not None:
-            _keep_hit(ex, identity, body, parsed, chain)  # it may well come again
     except OLPError as err:
         await ex.fail(err)
     except ClientGone:
@@ -139,6 +144,19 @@ async def chat_completions(ctx: AppContext, req: Request, send: Send) -> None:
         _finished(ex)
 
 
+async def read_json_body(ctx: AppContext, req: Request) -> bytes:
+    """The request's body, once its content type is JSON, within the server's limits."""
+    content_type = req.header(b"content-type") or b""
+    if b"application/json" not in content_type.lower():
+        raise UnsupportedMediaType(
+            "Content-Type must be application/json "
+            f"(got {content_type.decode('latin-1') or 'none'!r}); "
+            "with curl, add -H 'Content-Type: application/json'."
+        )
+    server = ctx.config.server
+    return await req.body(server.max_body_bytes, server.body_timeout_s)
+
+
 def _admit(ex: _Exchange, identity: Identity) -> None:
     """Let the request in under its key's limits (429 key_limit_exceeded, with Retry-After,
     if one is reached) and count it; with a `concurrent` limit it holds a slot until the
@@ -147,56 +165,16 @@ def _admit(ex: _Exchange, identity: Identity) -> None:
         ex.holding = identity.key_id
 
 
-def _parse(ctx: AppContext, body: bytes) -> ParsedBody:
-    """The request, and with the cache on its fingerprint (a repeated body is recalled)."""
-    if ctx.config.cache.enabled:
-        return ctx.parse_memo.parse(body)
-    return ParsedBody(parse_chat_request(body), None)
-
-
-async def _hit_again(
-    ex: _Exchange, req: Request, identity: Identity, last: LastHit, request: ChatRequest
-) -> bool:
-    """Answer a repeated request from the answer it got last time, if that is still what
-    the chain would replay (see `olp.server.parse_memo`); False: go the usual way."""
-    ctx = ex.ctx
-    answer = last.answer_for(identity, ctx.cache, req.header(b"cache-control"))
-    if answer is None:
-        return False
-    _admit(ex, identity)  # (the key may use this chain: `answer_for` made sure)
-    source = ctx.cache.replay(identity.key_id, last.key, answer)
-    served = ctx.engine.replay(last.chain, last.chain.hops[0], ex.meta.request_id, source)
-    if request.stream:
-        await _send_stream(ex, served, request)
-    else:
-        await _send_complete(ex, served, request)
-    return True
-
-
-def _keep_hit(
-    ex: _Exchange, identity: Identity, body: bytes, parsed: ParsedBody, chain: Chain
-) -> None:
-    """Remember a body answered from the cache, and, for a hit on the chain's first hop,
-    which answer it got."""
-    ex.ctx.parse_memo.keep(body, parsed)
-    served = ex.served
-    if served is None or served.hop is not chain.hops[0]:
-        return
-    source = served.source
-    if source.answer is not None:
-        parsed.last_hit = LastHit(identity, chain, source.key, weakref.ref(source.answer))
-
-
 def _cache_scope(
     ctx: AppContext,
     req: Request,
     identity: Identity,
     body: bytes,
-    fingerprint: bytes | None,
+    request: ChatRequest,
     watch: DisconnectWatch,
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
-    if fingerprint is None:  # the cache is off
+    if not ctx.config.cache.enabled:
         return None
     cache_control = req.header(b"cache-control")
     lookup = store = True
@@ -208,7 +186,7 @@ def _cache_scope(
     return CacheScope(
         ctx.cache,
         identity.key_id,
-        fingerprint,
+        request_fingerprint(request),
         lookup,
         store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
@@ -220,7 +198,7 @@ def _cache_scope(
 
 
 async def _cut_by_shutdown(ex: _Exchange) -> None:
-    """OLP is stopping with this request still open: answer it as an OpenAI client expects
+    """OLP is stopping with this request still open: answer it as its client expects
     (a 503 with Retry-After before the first byte; after it, the stream's end and an error
     frame), and let the ledger record it."""
     err = ShuttingDown(
@@ -299,7 +277,8 @@ async def _send_complete(ex: _Exchange, served: Served, request: ChatRequest) ->
             await served.aclose()
         response = builder.build()
     ex.usage = response.usage
-    body = completion_body(response, _completion_id(ex), request.model, int(time.time()))
+    response_id = ex.dialect.response_id(ex.meta.request_id)
+    body = ex.dialect.response_body(response, request, response_id, int(time.time()))
     ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
     await send_bytes(ex.send, 200, [_JSON, *ex.meta.headers(ex.ctx.config.auth)], body)
 
@@ -317,23 +296,22 @@ def _settled_response(cache: ResponseCache, source: CacheHop, events: list[Event
 async def _stream(
     ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
 ) -> None:
+    response_id = ex.dialect.response_id(ex.meta.request_id)
+    encoder = ex.encoder = ex.dialect.stream_encoder(request, response_id, int(time.time()))
     try:
-        served = await _open_with_heartbeat(ex, ex.ctx.engine, chain, request, scope)
+        served = await _open_with_heartbeat(ex, encoder, chain, request, scope)
     except ChainFailed as err:
         await ex.fail(err)
         return
-    await _send_stream(ex, served, request)
+    await _send_stream(ex, encoder, served)
 
 
-async def _send_stream(ex: _Exchange, served: Served, request: ChatRequest) -> None:
+async def _send_stream(ex: _Exchange, encoder: StreamEncoder, served: Served) -> None:
     _note_served(ex, served)
-    encoder = ex.encoder = ChunkEncoder(
-        _completion_id(ex), request.model, int(time.time()), request.include_usage
-    )
     ex.ctx.metrics.stream_started()
     try:
         if not ex.started:
-            await ex.start_sse()
+            await ex.start_sse(encoder)
         settled = served.settled()
         if settled is not None:
             await _send_settled(ex, encoder, settled)
@@ -352,7 +330,7 @@ async def _send_stream(ex: _Exchange, served: Served, request: ChatRequest) -> N
         await served.aclose()
 
 
-async def _send_settled(ex: _Exchange, encoder: ChunkEncoder, events: list[Event]) -> None:
+async def _send_settled(ex: _Exchange, encoder: StreamEncoder, events: list[Event]) -> None:
     """An answer already whole (a replay): every frame in one write."""
     frames: list[bytes] = []
     for event in events:
@@ -366,7 +344,7 @@ async def _send_settled(ex: _Exchange, encoder: ChunkEncoder, events: list[Event
 
 async def _open_with_heartbeat(
     ex: _Exchange,
-    engine: FallbackEngine,
+    encoder: StreamEncoder,
     chain: Chain,
     request: ChatRequest,
     scope: CacheScope | None,
@@ -380,10 +358,11 @@ async def _open_with_heartbeat(
     interval = ex.ctx.config.server.heartbeat_interval_ms / 1000
     beats: list[asyncio.Task[None]] = []
     timer = asyncio.get_running_loop().call_later(
-        interval, lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, interval)))
+        interval,
+        lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, encoder, interval))),
     )
     try:
-        return await engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
+        return await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
     finally:
         timer.cancel()
         for beat in beats:
@@ -391,11 +370,11 @@ async def _open_with_heartbeat(
             await asyncio.gather(beat, return_exceptions=True)
 
 
-async def _heartbeat(ex: _Exchange, interval: float) -> None:
+async def _heartbeat(ex: _Exchange, encoder: StreamEncoder, interval: float) -> None:
     if not ex.started:
-        await ex.start_sse()
+        await ex.start_sse(encoder)
     while True:
-        await ex.frame(b": keepalive\n\n")
+        await ex.frame(encoder.keepalive())
         await asyncio.sleep(interval)
 
 
@@ -413,7 +392,3 @@ def _note_served(ex: _Exchange, served: Served) -> None:
     meta.hops = served.hop.index
     meta.failures = served.failures
     meta.cache = served.source.outcome
-
-
-def _completion_id(ex: _Exchange) -> str:
-    return "chatcmpl-" + ex.meta.request_id.removeprefix("req_")

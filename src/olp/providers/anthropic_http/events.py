@@ -51,8 +51,8 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
         kind = block.get("type")
         if kind == "text" and (said := text(block.get("text"))):
             events.append(TextDelta(said))
-        elif kind == "thinking" and (thought := text(block.get("thinking"))):
-            events.append(ReasoningDelta(thought))
+        elif kind in ("thinking", "redacted_thinking"):
+            events.extend(_thinking(block))
         elif kind == "tool_use":
             arguments = json_text(block.get("input"))
             call_id, name = text(block.get("id")), text(block.get("name"))
@@ -61,14 +61,30 @@ def events_from_response(provider: str, doc: Any) -> list[Event]:
     usage = doc.get("usage")
     if isinstance(usage, dict):
         events.append(usage_from(usage))
-    events.append(Finish(finish_reason(doc.get("stop_reason"), tools > 0)))
+    reason = finish_reason(doc.get("stop_reason"), tools > 0)
+    events.append(Finish(reason, _stop_sequence(doc.get("stop_sequence"))))
     return events
+
+
+def _thinking(block: dict[str, Any]) -> list[Event]:
+    """A whole thinking block: its text and seal, or a redacted block's data."""
+    if block.get("type") == "redacted_thinking":
+        data = text(block.get("data"))
+        return [ReasoningDelta("", encrypted=data)] if data else []
+    thought, signature = text(block.get("thinking")), text(block.get("signature"))
+    if not thought and not signature:
+        return []
+    return [ReasoningDelta(thought or "", signature or None)]
+
+
+def _stop_sequence(value: object) -> str | None:
+    return value if isinstance(value, str) and value else None
 
 
 class StreamParser:
     """Messages API SSE messages → events. `done` once `message_stop` arrived."""
 
-    __slots__ = ("_block_tool", "_no_args", "_provider", "_stop", "_usage", "done")
+    __slots__ = ("_block_tool", "_no_args", "_provider", "_sequence", "_stop", "_usage", "done")
 
     def __init__(self, provider: str) -> None:
         self._provider = provider
@@ -78,6 +94,7 @@ class StreamParser:
         self._no_args: set[int] = set()
         self._usage: dict[str, Any] = {}
         self._stop: object = None
+        self._sequence: str | None = None
         self.done = False
 
     def feed_message(self, message: SSEMessage) -> list[Event]:
@@ -101,7 +118,9 @@ class StreamParser:
         if kind == "message_start":
             self._merge_usage(obj(doc.get("message")).get("usage"))
         elif kind == "message_delta":
-            self._stop = obj(doc.get("delta")).get("stop_reason") or self._stop
+            delta = obj(doc.get("delta"))
+            self._stop = delta.get("stop_reason") or self._stop
+            self._sequence = _stop_sequence(delta.get("stop_sequence")) or self._sequence
             self._merge_usage(doc.get("usage"))
         elif kind == "message_stop":
             return self.end()
@@ -112,9 +131,10 @@ class StreamParser:
     def end(self) -> list[Event]:
         self.done = True
         reason = finish_reason(self._stop, bool(self._block_tool))
+        finish = Finish(reason, self._sequence if reason == "stop" else None)
         if not self._usage:
-            return [Finish(reason)]
-        return [usage_from(self._usage), Finish(reason)]
+            return [finish]
+        return [usage_from(self._usage), finish]
 
     def _merge_usage(self, raw: Any) -> None:
         # message_delta repeats some counters cumulatively; the latest value wins.
@@ -136,6 +156,8 @@ class StreamParser:
             return [TextDelta(said)]
         if kind == "thinking" and (thought := text(block.get("thinking"))):
             return [ReasoningDelta(thought)]
+        if kind == "redacted_thinking":
+            return _thinking(block)
         return []
 
     def _delta(self, doc: dict[str, Any]) -> list[Event]:
@@ -154,7 +176,11 @@ class StreamParser:
         if kind == "thinking_delta":
             thinking = text(delta.get("thinking"))
             return [ReasoningDelta(thinking)] if thinking else []
-        return []  # signature_delta, citations_delta: nothing an OpenAI client can use
+        if kind == "signature_delta":
+            # The seal of the thinking block so far: an Anthropic client sends it back.
+            signature = text(delta.get("signature"))
+            return [ReasoningDelta("", signature)] if signature else []
+        return []  # citations_delta: nothing the IR carries
 
     def _stop_block(self, doc: dict[str, Any]) -> list[Event]:
         tool = self._block_tool.get(_index(doc, -1))

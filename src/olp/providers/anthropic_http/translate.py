@@ -6,9 +6,19 @@ Where the Messages API differs from the IR, the choices (each a documented behav
   results become `tool_result` blocks of a user turn;
 - `max_tokens` is required by Anthropic: DEFAULT_MAX_TOKENS when the client gave none;
 - temperature above 1 is clamped to 1 (Anthropic's range is 0..1, OpenAI's 0..2);
-- `response_format` has no Anthropic field: it becomes an instruction in the system prompt;
+- `response_format` has no Anthropic field: it becomes a forced tool call whose input is
+  the answer (`structured.py`), or, where that cannot be used, an instruction in the
+  system prompt;
 - `seed` and most of `request.extra` have no Anthropic equivalent and are dropped
-  (`top_k` passes through).
+  (`top_k` passes through);
+- a request that came in on the Messages wire itself keeps what the IR does not model
+  (its `Passthrough`: `thinking`, `context_management`, `output_config`, … and the
+  `anthropic-beta` header): those fields are added to the body as the client sent them,
+  so an Anthropic-to-Anthropic hop loses nothing;
+- an assistant's sealed thinking (`Message.reasoning`) goes back as `thinking` /
+  `redacted_thinking` blocks before its content; thinking without a seal is left out
+  (Anthropic refuses it);
+- a tool result that reports a failure carries `is_error`.
 Responses are parsed in `events.py`.
 """
 
@@ -26,14 +36,24 @@ from olp.ir import (
     ImagePart,
     Message,
     NamedToolChoice,
+    Passthrough,
     ResponseFormat,
     TextPart,
     Tool,
     ToolChoice,
     json_default,
 )
+from olp.providers.anthropic_http.structured import JsonAnswer, json_answer
+from olp.wire.anthropic_messages import WIRE
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DROPS", "build_payload", "encode_payload"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DROPS",
+    "build_payload",
+    "encode_payload",
+    "json_answer_for",
+    "request_headers",
+]
 
 DEFAULT_MAX_TOKENS = 4096
 # Request features this provider cannot honour (Capabilities.drops, shown by `olp doctor`).
@@ -41,28 +61,30 @@ DROPS = ("seed", "extra options other than top_k")
 _PASSED_EXTRA = ("top_k",)
 
 
-def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
+def build_payload(
+    provider: str, request: ChatRequest, answer: JsonAnswer | None = None
+) -> dict[str, Any]:
     """The Messages API body. Raises ProviderError(INVALID_REQUEST) for input it cannot map.
 
     A malformed request is the client's fault and no other provider would accept it
     either, so INVALID_REQUEST (no fallback) — but as a ProviderError, so the engine
     attributes it to this hop like an upstream 400 rather than to OLP's own validation.
     """
-    system = [m.text() for m in request.messages if m.role in ("system", "developer")]
-    instruction = _format_instruction(request.response_format)
-    if instruction:
-        system.append(instruction)
+    instruction = None if answer is not None else _format_instruction(request.response_format)
     body: dict[str, Any] = {
         "model": request.model,
         "max_tokens": request.max_tokens or DEFAULT_MAX_TOKENS,
         "messages": _turns(provider, request.messages),
     }
-    text = "\n\n".join(s for s in system if s)
-    if text:
-        body["system"] = text
+    system = _system(request.messages, instruction)
+    if system:
+        body["system"] = system
     if request.stream:
         body["stream"] = True
-    if request.tools:
+    if answer is not None:
+        body["tools"] = [answer.tool_spec()]
+        body["tool_choice"] = answer.tool_choice()
+    elif request.tools:
         body["tools"] = [_tool(t) for t in request.tools]
         choice = _tool_choice(request.tool_choice, request.parallel_tool_calls)
         if choice is not None:
@@ -78,7 +100,47 @@ def build_payload(provider: str, request: ChatRequest) -> dict[str, Any]:
     for key in _PASSED_EXTRA:
         if key in request.extra:
             body[key] = request.extra[key]
+    native = _native(request)
+    if native is not None:
+        for key, value in native.fields.items():
+            body.setdefault(key, value)  # (the fields the IR models were set above)
     return body
+
+
+def json_answer_for(provider: str, request: ChatRequest) -> JsonAnswer | None:
+    """How a structured answer is asked for (see `structured`), or None."""
+    native = _native(request)
+    return json_answer(provider, request, native.fields.get("thinking") if native else None)
+
+
+def request_headers(request: ChatRequest) -> dict[str, str]:
+    """Headers of this request's own: the client's, when it spoke the Messages wire."""
+    native = _native(request)
+    return dict(native.headers) if native is not None else {}
+
+
+def _native(request: ChatRequest) -> Passthrough | None:
+    passthrough = request.passthrough
+    return passthrough if passthrough is not None and passthrough.wire == WIRE else None
+
+
+def _system(messages: tuple[Message, ...], instruction: str | None) -> str | list[Any]:
+    """The system and developer messages: one string, or text blocks when one of them
+    carries a prompt-caching breakpoint (a string cannot)."""
+    parts = [m for m in messages if m.role in ("system", "developer") and m.text()]
+    if not any(m.cache_control for m in parts):
+        texts = [m.text() for m in parts]
+        return "\n\n".join([*texts, instruction] if instruction else texts)
+    blocks = [_marked({"type": "text", "text": m.text()}, m.cache_control) for m in parts]
+    if instruction:
+        blocks.append({"type": "text", "text": instruction})
+    return blocks
+
+
+def _marked(block: dict[str, Any], mark: Mapping[str, Any] | None) -> dict[str, Any]:
+    if mark is not None:
+        block["cache_control"] = mark
+    return block
 
 
 def encode_payload(body: Mapping[str, Any]) -> bytes:
@@ -117,8 +179,11 @@ def _blocks(provider: str, index: int, message: Message) -> str | list[dict[str,
         return [_tool_result(provider, index, message)]
     content = message.content
     if message.role == "assistant":
-        blocks = _as_blocks(message.text())
+        blocks = _thinking(message)
+        blocks.extend(_as_blocks(message.text()))
         blocks.extend(_tool_use(provider, index, message))
+        if message.cache_control is not None and blocks:
+            _marked(blocks[-1], message.cache_control)
         return blocks
     if content is None:
         return ""
@@ -133,9 +198,10 @@ def _parts(provider: str, index: int, parts: tuple[ContentPart, ...]) -> list[di
         if isinstance(part, TextPart):
             # Anthropic rejects empty text blocks.
             if part.text:
-                blocks.append({"type": "text", "text": part.text})
+                blocks.append(_marked({"type": "text", "text": part.text}, part.cache_control))
         else:
-            blocks.append(_image(provider, f"messages[{index}].content[{j}]", part))
+            image = _image(provider, f"messages[{index}].content[{j}]", part)
+            blocks.append(_marked(image, part.cache_control))
     return blocks
 
 
@@ -160,6 +226,16 @@ def _image(provider: str, where: str, part: ImagePart) -> dict[str, Any]:
     return {"type": "image", "source": source}
 
 
+def _thinking(message: Message) -> list[dict[str, Any]]:
+    blocks: list[dict[str, Any]] = []
+    for part in message.reasoning:
+        if part.encrypted is not None:
+            blocks.append({"type": "redacted_thinking", "data": part.encrypted})
+        elif part.signature:
+            blocks.append({"type": "thinking", "thinking": part.text, "signature": part.signature})
+    return blocks
+
+
 def _tool_use(provider: str, index: int, message: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for j, call in enumerate(message.tool_calls):
@@ -181,7 +257,9 @@ def _tool_result(provider: str, index: int, message: Message) -> dict[str, Any]:
         result["content"] = _parts(provider, index, content)
     else:
         result["content"] = content or ""
-    return result
+    if message.is_error:
+        result["is_error"] = True
+    return _marked(result, message.cache_control)
 
 
 def _tool(tool: Tool) -> dict[str, Any]:
@@ -192,7 +270,7 @@ def _tool(tool: Tool) -> dict[str, Any]:
     out["input_schema"] = (
         tool.parameters if tool.parameters is not None else {"type": "object", "properties": {}}
     )
-    return out
+    return _marked(out, tool.cache_control)
 
 
 def _tool_choice(choice: ToolChoice | None, parallel: bool | None) -> dict[str, Any] | None:

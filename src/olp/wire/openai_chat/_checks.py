@@ -7,6 +7,7 @@ of integers and numbers (bool is a subclass of int) at the cost of one compariso
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any, TypeVar
 
@@ -22,10 +23,13 @@ __all__ = [
     "bounded",
     "invalid",
     "kind",
+    "model_name",
     "show",
 ]
 
 _T = TypeVar("_T")
+# Unicode's control characters (category Cc): C0, DEL and C1.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 _KINDS: dict[type, str] = {
     bool: "boolean",
@@ -135,4 +139,15 @@ def bounded(value: _T, path: str) -> _T:
                 path, f"nested too deeply (more than {MAX_NESTING} levels of objects and arrays)"
             )
         stack.extend((child, depth + 1) for child in children)
+    return value
+
+
+def model_name(value: object) -> str:
+    """A request's `model`: a non-empty string without control characters."""
+    if type(value) is not str or not value:
+        raise invalid("model", "required (a non-empty string)")
+    # A model name ends up in response headers, logs and upstream requests: control
+    # characters there would break the response or forge a header, so they are refused.
+    if _CONTROL.search(value):
+        raise invalid("model", f"must not contain control characters (got {show(value)})")
     return value

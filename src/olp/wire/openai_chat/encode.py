@@ -21,6 +21,7 @@ import orjson
 
 from olp.errors import OLPError
 from olp.ir import ChatResponse, Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from olp.wire._json import dumps as _dumps
 
 __all__ = ["ChunkEncoder", "completion_body", "error_body", "usage_dict"]
 
@@ -136,6 +137,9 @@ class ChunkEncoder:
         self._usage = event
         return b""
 
+    def start(self) -> bytes:
+        return b""  # Chat Completions has no opening frame: the first chunk starts it
+
     def done(self) -> bytes:
         """The end of the stream: the usage chunk when asked for, then `[DONE]`."""
         if not self._include_usage:
@@ -185,21 +189,3 @@ class ChunkEncoder:
 def _call_id(completion_id: str, index: int) -> str:
     digest = hashlib.sha256(f"{completion_id}\0{index}".encode("utf-8", "surrogatepass"))
     return "call_" + digest.hexdigest()[:24]
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(_repair(obj))
-
-
-def _repair(obj: Any) -> Any:
-    """Replace lone surrogates, the one thing orjson refuses in otherwise valid data."""
-    if isinstance(obj, str):
-        return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(obj, dict):
-        return {_repair(k): _repair(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_repair(v) for v in obj]
-    return obj

@@ -13,7 +13,6 @@ error paths built only when failing. Rules a caller may notice:
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -30,7 +29,7 @@ from olp.wire.openai_chat._checks import (
     bounded,
     invalid,
     kind,
-    show,
+    model_name,
 )
 from olp.wire.openai_chat._messages import parse_messages
 from olp.wire.openai_chat._tools import parse_response_format, parse_tool_choice, parse_tools
@@ -40,8 +39,6 @@ __all__ = ["parse_chat_request"]
 _MAX_STOP = 4
 # A signed 64-bit integer, as OpenAI's API defines `seed`.
 _SEED_RANGE = (-(2**63), 2**63 - 1)
-# Unicode's control characters (category Cc): C0, DEL and C1.
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 _T = TypeVar("_T")
 
 
@@ -57,7 +54,7 @@ def parse_chat_request(body: bytes) -> ChatRequest:
 
 def _request(obj: dict[str, Any]) -> ChatRequest:
     get = obj.get
-    model = _model(get("model"))
+    model = model_name(get("model"))
     messages = parse_messages(get("messages"))
     if _OPTIONAL.isdisjoint(obj):
         # The most common request: nothing else to check, and the defaults are right.
@@ -85,16 +82,6 @@ def _request(obj: dict[str, Any]) -> ChatRequest:
         user=_opt(get("user"), as_str, "user"),
         extra=_extra(obj),
     )
-
-
-def _model(value: object) -> str:
-    if type(value) is not str or not value:
-        raise invalid("model", "required (a non-empty string)")
-    # A model name ends up in response headers, logs and upstream requests: control
-    # characters there would break the response or forge a header, so they are refused.
-    if _CONTROL.search(value):
-        raise invalid("model", f"must not contain control characters (got {show(value)})")
-    return value
 
 
 def _opt(value: object, check: Callable[[object, str], _T], path: str) -> _T | None:
