@@ -8,59 +8,18 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import time
-import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
+from keys_cli import Run, olp_keys, olp_keys_process
 from olp.accounts.keystore import MIGRATIONS, KeyStore
 from olp.accounts.owner_key import hash_key
-from olp.cli import cli
 
 KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
-
-
-@dataclass(frozen=True)
-class Run:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def olp_keys(home: Path, *args: str) -> Run:
-    """`olp keys ARGS` in this process: the same click command `olp` runs, on a real
-    keys.db under `home`. An exception click would let out (a traceback for the user)
-    fails the test."""
-    env = {"OLP_HOME": str(home), "OLP_OWNER_TOKEN": None}
-    result = CliRunner().invoke(cli, ["keys", *args], prog_name="olp", env=env)
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        trace = "".join(traceback.format_exception(result.exception))
-        pytest.fail(f"olp keys {' '.join(args)} raised:\n{trace}")
-    return Run(result.exit_code, result.stdout, result.stderr)
-
-
-def olp_keys_process(home: Path, *args: str) -> Run:
-    """`olp keys ARGS` as a real child process, for the few smoke tests that check the
-    installed entry point (exit codes, streams, no traceback) end to end."""
-    env = {**os.environ, "OLP_HOME": str(home)}
-    env.pop("OLP_OWNER_TOKEN", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "olp", "keys", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return Run(proc.returncode, proc.stdout, proc.stderr)
 
 
 def ok(home: Path, *args: str, run: Callable[..., Run] = olp_keys) -> str:
