@@ -2,11 +2,11 @@
 
     claude = real_cli("claude")          # RealCli(command=..., path=..., model=...)
 
-Each CLI is installed at the version its captures were made with (tests/fixtures/cli/README.md) into
-`~/.cache/olp-test-clis/<package>@<version>` (`$OLP_TEST_CLI_CACHE` overrides the root),
-under a lock of its own and through a temporary directory renamed into place, so an
-interrupted or concurrent install (the suite runs in several processes) is never used.
-Later runs only check the binary answers `--version`.
+Each CLI is installed at the version its captures were made with
+(tests/fixtures/cli/README.md) into `~/.cache/olp-test-clis/<package>@<version>`
+(`$OLP_TEST_CLI_CACHE` overrides the root), under a lock of its own and through a temporary
+directory renamed into place, so an interrupted or concurrent install (the suite runs in
+several processes) is never used. Later runs only check the binary answers `--version`.
 
 When the package registry cannot be reached the test is skipped with the installer's own
 error in the reason (shown by `-ra`); any other install failure fails the test.
