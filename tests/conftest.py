@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 
@@ -10,6 +11,15 @@ import pytest
 from redis_fixtures import redis_or_skip
 
 from fakes.upstream import FakeUpstream
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """`-n auto` (pyproject's addopts) starts two workers per core: more than half of a
+    test's time is spent waiting on servers, child processes and timeouts, and a second
+    worker per core fills it. PYTEST_XDIST_AUTO_NUM_WORKERS still decides when set."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist's own hook reads it
+    return 2 * (os.cpu_count() or 1)
 
 
 @pytest.fixture

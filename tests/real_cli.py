@@ -2,10 +2,11 @@
 
     claude = real_cli("claude")          # RealCli(command=..., path=..., model=...)
 
-Each CLI is installed at the version its captures were made with (tests/fixtures/cli/README.md) into
-`~/.cache/olp-test-clis/<package>@<version>` (`$OLP_TEST_CLI_CACHE` overrides the root),
-under a lock and through a temporary directory renamed into place, so an interrupted or
-concurrent install is never used. Later runs only check the binary answers `--version`.
+Each CLI is installed at the version its captures were made with
+(tests/fixtures/cli/README.md) into `~/.cache/olp-test-clis/<package>@<version>`
+(`$OLP_TEST_CLI_CACHE` overrides the root), under a lock of its own and through a temporary
+directory renamed into place, so an interrupted or concurrent install (the suite runs in
+several processes) is never used. Later runs only check the binary answers `--version`.
 
 When the package registry cannot be reached the test is skipped with the installer's own
 error in the reason (shown by `-ra`); any other install failure fails the test.
@@ -90,9 +91,11 @@ def real_cli(name: str) -> RealCli:
 
 
 @contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def _locked(root: Path, spec: CliPackage) -> Iterator[None]:
+    """One package's install, against the other test processes (pytest-xdist workers):
+    a lock per package, so different CLIs install side by side."""
     root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lock:
+    with open(root / f".{_dir_name(spec)}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -111,7 +114,7 @@ def install_npm(name: str, spec: CliPackage) -> RealCli:
     root = cache_root()
     final = root / _dir_name(spec)
     binary = final / "node_modules" / ".bin" / spec.binary
-    with _locked(root):
+    with _locked(root, spec):
         if not binary.exists():
             tmp = root / (_dir_name(spec) + ".tmp")
             shutil.rmtree(tmp, ignore_errors=True)
@@ -141,7 +144,7 @@ def install_pypi(name: str, spec: CliPackage) -> RealCli:
     # once the marker written after a complete install is there.
     final = root / _dir_name(spec)
     binary = final / "bin" / spec.binary
-    with _locked(root):
+    with _locked(root, spec):
         if not (final / ".complete").exists():
             shutil.rmtree(final, ignore_errors=True)
             _run_installer(name, [python, "-m", "venv", str(final)])

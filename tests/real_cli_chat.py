@@ -60,6 +60,10 @@ def real_cli_config(
             **(routing or {}),
         },
         "cache": {"enabled": False},
+        # A CLI starting on a loaded machine (the suite runs in parallel) can take longer
+        # than the default 15 s heartbeat to say anything; the stream's headers would then
+        # leave before any provider answered, naming none.
+        "server": {"heartbeat_interval_ms": TIMEOUTS["first_byte_ms"]},
     }
 
 

@@ -21,7 +21,7 @@ import pytest
 from cache_server import AUTH, QUESTION, FakeClock, ask, client, config, member_key
 
 from fakes.upstream import DieMidStream, FakeUpstream, Slow, Status, Text
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
+from olp_server import OWNER_TOKEN, ThreadServer, eventually, olp_server, sse_text
 
 
 @pytest.fixture
@@ -87,15 +87,41 @@ def test_fifty_concurrent_identical_requests_make_one_upstream_call(
 def test_follower_joining_mid_stream_gets_the_whole_answer(
     olp: ThreadServer, upstream: FakeUpstream
 ) -> None:
-    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
+    release = threading.Event()  # the upstream holds after the first word until then
+    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.05, hold=release))
     first: list[str] = []
-    leader = threading.Thread(target=lambda: first.append(ask(olp, stream=True).text))
+    mid_stream = threading.Event()
+
+    def lead() -> None:
+        body = {"model": "m", "stream": True, "messages": QUESTION}
+        url = f"{olp.base_url}/v1/chat/completions"
+        with httpx.stream("POST", url, json=body, headers=AUTH, timeout=20) as reply:
+            lines = []
+            for line in reply.iter_lines():
+                lines.append(line)
+                if sse_text(line):  # the first word has reached the client
+                    mid_stream.set()
+            first.append("\n".join(lines))
+
+    leader = threading.Thread(target=lead)
+    result: list[httpx.Response] = []
+    follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
     leader.start()
-    time.sleep(0.5)  # the leader is mid-stream
-    follower = ask(olp, stream=True)
+    try:
+        assert mid_stream.wait(10)
+        follower.start()
+        assert eventually(lambda: cache_stats(olp)["shared"] == 1)  # it joined the flight
+    finally:
+        release.set()
     leader.join()
-    assert sse_text(follower.text) == sse_text(first[0]) == "a b c d e f"
+    follower.join()
+    assert sse_text(result[0].text) == sse_text(first[0]) == "a b c d e f"
     assert upstream.calls == 1
+
+
+def cache_stats(server: ThreadServer) -> dict[str, Any]:
+    stats: dict[str, Any] = httpx.get(f"{server.base_url}/cache/stats", headers=AUTH).json()
+    return stats
 
 
 def raw_stream_request(server: ThreadServer) -> socket.socket:
@@ -114,14 +140,18 @@ def raw_stream_request(server: ThreadServer) -> socket.socket:
 def test_leader_disconnecting_does_not_cut_a_follower(
     olp: ThreadServer, upstream: FakeUpstream
 ) -> None:
-    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2))
-    sock = raw_stream_request(olp)
-    assert b"200 OK" in sock.recv(65536)
+    release = threading.Event()  # the upstream holds after the first word until then
+    upstream.script(Text("a b c d e f", chunks=6, delay_s=0.2, hold=release))
     result: list[httpx.Response] = []
     follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
-    follower.start()
-    time.sleep(0.3)
-    sock.close()  # the leader's client goes away
+    sock = raw_stream_request(olp)
+    try:
+        assert b"200 OK" in sock.recv(65536)
+        follower.start()
+        assert eventually(lambda: cache_stats(olp)["shared"] == 1)  # it joined the flight
+    finally:
+        sock.close()  # the leader's client goes away
+        release.set()  # the rest of the answer takes a second: time to see it gone
     follower.join()
     assert sse_text(result[0].text) == "a b c d e f"
     assert upstream.calls == 1
@@ -133,14 +163,19 @@ def test_leader_disconnecting_before_the_first_byte_does_not_cut_a_follower(
 ) -> None:
     # The leader is still waiting for the upstream's first byte, which it pulls in its own
     # task (nobody followed it yet), when the follower joins and then its client goes away.
-    upstream.script(Slow(first_byte_delay_s=1.0, chunk_delay_s=0.05))
-    sock = raw_stream_request(olp)
-    time.sleep(0.3)
+    release = threading.Event()  # the upstream sends nothing until then
+    upstream.script(Text(chunks=3, delay_s=0.05, hold=release, hold_at=0))
     result: list[httpx.Response] = []
     follower = threading.Thread(target=lambda: result.append(ask(olp, stream=True)))
-    follower.start()
-    time.sleep(0.3)
-    sock.close()
+    sock = raw_stream_request(olp)
+    try:
+        assert eventually(lambda: upstream.calls == 1)
+        follower.start()
+        assert eventually(lambda: cache_stats(olp)["shared"] == 1)
+    finally:
+        sock.close()
+        time.sleep(0.3)  # nothing to wait for: the server's chance to see the leader go
+        release.set()
     follower.join()
     assert result[0].status_code == 200
     assert sse_text(result[0].text) != ""

@@ -1,47 +1,37 @@
-"""`olp keys` as a real subprocess: output, storage, and every kind of bad input."""
+"""`olp keys`: output, storage, and every kind of bad input.
+
+Most tests run the click command in-process against a real keys.db (a child process per
+call costs ~0.6 s of interpreter start); the smoke tests at the end run `python -m olp`.
+"""
 
 from __future__ import annotations
 
 import calendar
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from keys_cli import Run, olp_keys, olp_keys_process
 from olp.accounts.keystore import MIGRATIONS, KeyStore
 from olp.accounts.owner_key import hash_key
 
 KEY_CHARS = set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
-def olp_keys(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OLP_HOME": str(home)}
-    env.pop("OLP_OWNER_TOKEN", None)
-    return subprocess.run(
-        [sys.executable, "-m", "olp", "keys", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def ok(home: Path, *args: str) -> str:
-    proc = olp_keys(home, *args)
+def ok(home: Path, *args: str, run: Callable[..., Run] = olp_keys) -> str:
+    proc = run(home, *args)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     return proc.stdout
 
 
-def bad(home: Path, *args: str) -> str:
+def bad(home: Path, *args: str, run: Callable[..., Run] = olp_keys) -> str:
     """Exit code 2, a message, no traceback; returns stderr."""
-    proc = olp_keys(home, *args)
+    proc = run(home, *args)
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stderr.strip()
@@ -318,3 +308,26 @@ def test_an_expired_key_is_listed_as_expired(home: Path) -> None:
     (row,) = [line for line in ok(home, "list").splitlines() if "yesterday" in line]
     assert " expired " in row
     assert "has expired and is refused until you extend it" in ok(home, "rotate", "yesterday")
+
+
+# Smoke tests: the same behaviour through the installed `olp` entry point, a real process.
+
+
+def test_the_olp_command_creates_and_lists_a_key(home: Path) -> None:
+    created = json.loads(ok(home, "create", "--name", "alice", "--json", run=olp_keys_process))
+    assert set(created) == {"id", "key", "name", "tier"}
+    assert oct((home / "keys.db").stat().st_mode & 0o777) == "0o600"
+    table = json.loads(ok(home, "list", "--json", run=olp_keys_process))["keys"]
+    assert [k["id"] for k in table] == [created["id"]]
+
+
+def test_the_olp_command_refuses_bad_input_with_exit_2(home: Path) -> None:
+    err = bad(home, "create", "--name", "x", "--rpm", "ten", run=olp_keys_process)
+    assert "'ten' is not a whole number" in err
+
+
+def test_the_olp_command_reports_a_damaged_database(home: Path) -> None:
+    home.mkdir(parents=True)
+    (home / "keys.db").write_bytes(b"this is not a database at all" * 200)
+    err = bad(home, "list", run=olp_keys_process)
+    assert str(home / "keys.db") in err and "move it aside" in err

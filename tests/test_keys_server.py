@@ -1,5 +1,5 @@
-"""Keys against real servers: changes from the CLI (another process) on the next request,
-allow-lists, per-key /v1/models, owner-only endpoints."""
+"""Keys against real servers: changes from `olp keys` (in the test's process, the server in
+its own) on the next request, allow-lists, per-key /v1/models, owner-only endpoints."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from keys_cli import olp_keys
 from olp.accounts import Identity, KeyLimits
 from olp.accounts.dbauth import DbAuthenticator
 from olp.accounts.keystore import KeyStore, keys_db_path
@@ -27,18 +28,6 @@ from olp.server.owner import require_owner
 
 from fakes.upstream import FakeUpstream
 from olp_server import OWNER_TOKEN, ProcessServer, olp_server, server_env, write_config
-
-
-def olp_keys(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OLP_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "olp", "keys", *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
 
 
 def new_key(home: Path, *args: str) -> str:

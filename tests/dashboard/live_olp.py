@@ -58,5 +58,7 @@ def chat(
     return resp
 
 
-def get(server: ThreadServer, path: str, headers: dict[str, str] | None = OWNER) -> httpx.Response:
+def get(
+    server: ThreadServer | ProcessServer, path: str, headers: dict[str, str] | None = OWNER
+) -> httpx.Response:
     return httpx.get(f"{server.base_url}{path}", headers=headers or {}, timeout=15)

@@ -3,6 +3,7 @@ traffic, owner-only unless loopback access without a key is configured."""
 
 from __future__ import annotations
 
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from olp.accounts import Identity
 from olp.server.metrics import MAX_SERIES, Metrics
 from olp.server.outcome import RequestOutcome
 
-from fakes.upstream import FakeUpstream, Slow, Status
+from fakes.upstream import FakeUpstream, Slow, Status, Text
 from olp_server import ThreadServer, olp_server
 
 
@@ -152,8 +153,9 @@ def test_active_requests_and_streams_gauges_follow_a_live_stream(tmp_path: Path)
             if sample.name in ("olp_active_requests", "olp_active_streams")
         }
 
+    release = threading.Event()  # the upstream holds the stream after its first word
     with FakeUpstream() as up:
-        up.script(Slow(first_byte_delay_s=0.0, chunk_delay_s=0.4))
+        up.script(Text(chunks=3, hold=release))
         config = {
             "providers": {
                 "up": {"type": "openai-http", "base_url": up.openai_base_url, "models": ["m"]}
@@ -171,7 +173,10 @@ def test_active_requests_and_streams_gauges_follow_a_live_stream(tmp_path: Path)
         ):
             lines = resp.iter_lines()
             next(lines)  # the stream is live
-            assert gauges(server) == {"olp_active_requests": 1, "olp_active_streams": 1}
+            try:
+                assert gauges(server) == {"olp_active_requests": 1, "olp_active_streams": 1}
+            finally:
+                release.set()
             assert list(lines)[-2] == "data: [DONE]"
             assert gauges(server) == {"olp_active_requests": 0, "olp_active_streams": 0}
 

@@ -49,7 +49,11 @@ DEFAULT_TEXT = fmt.DEFAULT_TEXT
 
 @dataclass(frozen=True)
 class Text:
-    """A text answer in `chunks` pieces, `delay_s` apart. `usage`: the raw usage object."""
+    """A text answer in `chunks` pieces, `delay_s` apart. `usage`: the raw usage object.
+
+    `hold`: a streamed answer stops after `hold_at` content chunks (0: before the headers)
+    until the test sets it, so a test can act at a known point of the stream.
+    """
 
     text: str = DEFAULT_TEXT
     chunks: int = 3
@@ -58,6 +62,8 @@ class Text:
     headers: Mapping[str, str] = field(default_factory=dict)
     finish_reason: str | None = None  # the upstream's own word; default stop / end_turn
     stop_sequence: str | None = None  # Anthropic's: the stop sequence that ended it
+    hold: threading.Event | None = None
+    hold_at: int = 1
 
 
 @dataclass(frozen=True)
@@ -361,7 +367,8 @@ class FakeUpstream:
         frames = fmt.text_stream(
             kind, model, b.text, b.chunks, b.usage, b.finish_reason, b.stop_sequence
         )
-        return await self._stream(request, frames, b.delay_s, b.headers, usage_wanted)
+        hold = (b.hold, b.hold_at) if b.hold is not None else None
+        return await self._stream(request, frames, b.delay_s, b.headers, usage_wanted, hold)
 
     async def _tools(
         self,
@@ -435,7 +442,12 @@ class FakeUpstream:
         delay_s: float,
         headers: Mapping[str, str],
         usage_wanted: bool,
+        hold: tuple[threading.Event, int] | None = None,
     ) -> web.StreamResponse:
+        """`hold`: (event, n) waits for the event once n content frames are out."""
+        content_sent = 0
+        if hold is not None and hold[1] == 0:
+            await self._until(request, hold[0])
         resp = await self._prepare(request, headers)
         for frame in frames:
             if frame.usage_only and not usage_wanted:
@@ -443,6 +455,10 @@ class FakeUpstream:
             if delay_s and frame.content:
                 await self._sleep(request, delay_s)
             await self._write(request, resp, frame.data)
+            if frame.content:
+                content_sent += 1
+                if hold is not None and content_sent == hold[1]:
+                    await self._until(request, hold[0])
         await resp.write_eof()
         return resp
 
@@ -467,14 +483,24 @@ class FakeUpstream:
             raise _ClientGone from exc
 
     async def _sleep(self, request: web.Request, seconds: float) -> None:
-        """Sleep, noticing within ~10 ms if the client leaves (or the server stops)."""
+        """Sleep, noticing within ~50 ms if the client leaves (or the server stops).
+
+        (A shorter look is costly: 300 requests held at once, looking every 10 ms, took
+        over half a core, which a test running beside others on a busy machine lacks.)
+        """
         deadline = time.monotonic() + seconds
         while not self._stopping:
             self._check(request)
             left = deadline - time.monotonic()
             if left <= 0:
                 return
-            await asyncio.sleep(min(0.01, left))
+            await asyncio.sleep(min(0.05, left))
+
+    async def _until(self, request: web.Request, event: threading.Event) -> None:
+        """Wait for a test's `event`, noticing within ~10 ms if the client leaves."""
+        while not (event.is_set() or self._stopping):
+            self._check(request)
+            await asyncio.sleep(0.01)
 
     @staticmethod
     def _check(request: web.Request) -> None:

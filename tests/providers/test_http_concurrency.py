@@ -47,12 +47,13 @@ async def burst(p: OpenAIHttpProvider, n: int) -> list[str | ProviderError]:
 
 
 def test_a_burst_larger_than_any_default_pool_is_all_answered(upstream: FakeUpstream) -> None:
-    # 300 requests at once, each answered after 3 s, with a 5 s first-byte deadline: a pool
-    # of 256 connections would make the last 44 wait 3 s for a connection, then 3 s for
-    # their answer, and time out. (2 s of slack: 300 connections opening on a busy machine.)
+    # 300 requests at once, each answered after 5 s, with a 9 s first-byte deadline: a pool
+    # of 256 connections would make the last 44 wait 5 s for a connection, then 5 s for
+    # their answer, and time out. (4 s of slack: 300 connections opening in one test
+    # process, beside the suite's other workers, on a busy machine.)
     n = 300
-    upstream.script(*[Slow(first_byte_delay_s=3.0)] * n)
-    timeouts = Timeouts(connect_ms=5000, first_byte_ms=5000, idle_ms=5000, total_ms=30_000)
+    upstream.script(*[Slow(first_byte_delay_s=5.0)] * n)
+    timeouts = Timeouts(connect_ms=9000, first_byte_ms=9000, idle_ms=9000, total_ms=30_000)
     p = provider(upstream.base_url, timeouts, max_concurrent=None)
     results = asyncio.run(burst(p, n))
     failures = [r for r in results if isinstance(r, ProviderError)]
