@@ -1,9 +1,6 @@
-"""A request repeated byte for byte is answered from the answer it got last time.
+"""A request repeated byte for byte is answered from the cache, the same way each time.
 
-The chat handler remembers, per body, the stored answer its last hit replayed
-(`olp.server.parse_memo.LastHit`) and replays it again without walking the chain. These
-tests hold that shortcut to what the chain would have done: the third and later identical
-requests (the first misses, the second is a hit through the chain and is remembered)
+The third and later identical requests (the first misses, the second is the first hit)
 must look exactly like the second, and anything that would change the chain's answer —
 the key's settings, the entry's life, a Cache-Control header — must be seen.
 """

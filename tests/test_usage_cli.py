@@ -20,15 +20,10 @@ import pytest
 
 from olp.accounts import Identity, KeyLimits
 from olp.accounts.ledger import Ledger
-from olp.accounts.ledger_rows import LEDGER_FILE, AttemptRecord, RequestRecord
+from olp.accounts.ledger_rows import LEDGER_FILE, RequestRecord
 from olp.accounts.limits import LimitKeeper, LimitUsage, UsageSeed
 from olp.accounts.pricing import NO_COST, Cost
-from olp.accounts.usage_query import (
-    connect_reader,
-    read_limit_seeds,
-    recent_errors,
-    recent_fallbacks,
-)
+from olp.accounts.usage_query import read_limit_seeds
 from olp.cli.usage import usd
 from olp.errors import InvalidApiKey, KeyLimitExceeded
 from olp.ir import Usage
@@ -357,53 +352,6 @@ def test_limit_seeds_feed_the_limit_keeper(tmp_path: Path) -> None:
 
 def test_limit_seeds_without_a_ledger(tmp_path: Path) -> None:
     assert read_limit_seeds(tmp_path / LEDGER_FILE, MID_MONTH) == []
-
-
-def test_recent_fallbacks_and_errors(tmp_path: Path) -> None:
-    ledger = Ledger(tmp_path / LEDGER_FILE)
-    ledger.record_request(rec("ok", "alice", "beta", "m", ts=MID_MONTH - 30))
-    ledger.record_request(
-        rec("bad", "bob", None, None, ts=MID_MONTH - 20, status=503, usage=None,
-            error_code="all_providers_failed")
-    )  # fmt: skip
-    for hop, (outcome, code) in enumerate(
-        [("failed", "RATE_LIMITED"), ("skipped", "COOLDOWN"), ("served", None)]
-    ):
-        ledger.record_attempt(
-            AttemptRecord("ok", hop, f"p{hop}", "m", outcome, code, "fallback", 5.0, "smart",
-                          ts=MID_MONTH - 30 + hop)
-        )  # fmt: skip
-    ledger.close()
-    conn = connect_reader(tmp_path / LEDGER_FILE)
-    try:
-        events = recent_fallbacks(conn, MID_MONTH - 3600)
-        errors = recent_errors(conn, MID_MONTH - 3600)
-        assert recent_fallbacks(conn, MID_MONTH) == []
-    finally:
-        conn.close()
-    assert [(e.request_id, e.hop, e.outcome, e.code) for e in events] == [
-        ("ok", 1, "skipped", "COOLDOWN"),
-        ("ok", 0, "failed", "RATE_LIMITED"),
-    ]
-    assert [(e.request_id, e.key_name, e.status, e.error_code) for e in errors] == [
-        ("bad", "bob", 503, "all_providers_failed")
-    ]
-
-
-def test_recent_fallbacks_read_only_the_attempts_not_served(tmp_path: Path) -> None:
-    """The dashboard's query goes through the partial index, which served attempts (nearly
-    all of them) stay out of: the writer then skips an index insert per request."""
-    Ledger(tmp_path / LEDGER_FILE).close()
-    conn = connect_reader(tmp_path / LEDGER_FILE)
-    try:
-        plans: list[str] = []
-        conn.set_trace_callback(plans.append)
-        recent_fallbacks(conn, MID_MONTH)
-        [sql] = [p for p in plans if "ledger_attempts" in p]
-        plan = conn.execute(f"EXPLAIN QUERY PLAN {sql}").fetchall()
-    finally:
-        conn.close()
-    assert any("USING INDEX ledger_attempts_unserved_ts" in str(row) for row in plan), plan
 
 
 def test_dollars_in_the_table() -> None:

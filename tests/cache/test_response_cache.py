@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cache_fakes import ANSWER, Upstream, drain, run, settle
 
-from olp.cache import CachedAnswer, ResponseCache, cache_policy, is_complete
+from olp.cache import CachedAnswer, CacheHop, ResponseCache, Start, cache_policy, is_complete
 from olp.cache.memory import EVENT_OVERHEAD
 from olp.config import CacheConfig
 from olp.errors import Failure, ProviderError
@@ -26,6 +26,20 @@ class Clock:
         return self.now
 
 
+async def open_hop(
+    cache: ResponseCache,
+    ns: str,
+    key: str,
+    start: Start,
+    *,
+    lookup: bool = True,
+    store: bool = True,
+) -> CacheHop:
+    """What the engine does per hop: a stored answer or a shared call, else a new call."""
+    found = await cache.find(ns, key) if lookup and store else None
+    return found or cache.lead(ns, key, start, lookup=lookup, store=store)
+
+
 async def ask(
     cache: ResponseCache,
     up: Upstream,
@@ -35,7 +49,7 @@ async def ask(
     lookup: bool = True,
     store: bool = True,
 ) -> tuple[str, str, list[Event]]:
-    hop = await cache.open_hop(ns, key, up.start, lookup=lookup, store=store)
+    hop = await open_hop(cache, ns, key, up.start, lookup=lookup, store=store)
     return hop.outcome, hop.role, await drain(hop.events)
 
 
@@ -102,7 +116,7 @@ def test_no_cache_does_not_join_a_request_in_flight() -> None:
     async def main() -> None:
         cache = ResponseCache(CFG, None)
         first = Upstream(pause_at=1)
-        hop = await cache.open_hop("ns", "k", first.start)
+        hop = await open_hop(cache, "ns", "k", first.start)
         second = Upstream()
         assert (await ask(cache, second, lookup=False))[1] == "leader"
         assert second.starts == 1
@@ -199,7 +213,7 @@ def test_a_failed_upstream_is_not_cached_and_every_follower_sees_the_error() -> 
         cache = ResponseCache(CFG, None)
         boom = ProviderError(Failure.RATE_LIMITED, "slow down")
         up = Upstream((), pause_at=0, error=boom)
-        hops = [await cache.open_hop("ns", "k", up.start) for _ in range(5)]
+        hops = [await open_hop(cache, "ns", "k", up.start) for _ in range(5)]
         up.release()
         for hop in hops:
             with pytest.raises(ProviderError) as caught:
@@ -253,7 +267,7 @@ def test_stats_and_clear() -> None:
         await ask(cache, Upstream(), "bob", "1")
         await ask(cache, Upstream(), "bob", "1")
         slow = Upstream(pause_at=1)
-        hop = await cache.open_hop("carol", "1", slow.start)
+        hop = await open_hop(cache, "carol", "1", slow.start)
         await settle()
         stats = cache.stats()
         assert stats["entries"] == 3
@@ -303,26 +317,6 @@ def test_a_replay_keeps_its_response_once_and_counts_it() -> None:
         assert cache.store.memory_bytes > before + len(response.text or "")
         cache.keep_response(hop, ResponseBuilder().build())  # kept already: unchanged
         assert hop.answer.response is response
-        await cache.aclose()
-
-    run(main)
-
-
-def test_holds_and_replay_answer_as_find_would() -> None:
-    async def main() -> None:
-        clock = Clock()
-        cache = ResponseCache(CFG, None, clock)
-        await ask(cache, Upstream())
-        found = await cache.find("ns", "k")
-        assert found is not None and found.answer is not None
-        answer = found.answer
-        assert cache.holds("ns", "k", answer)
-        assert not cache.holds("other", "k", answer)
-        again = cache.replay("ns", "k", answer)
-        assert (again.outcome, again.role, again.stored) == ("hit", "stored", answer.events)
-        assert cache.stats("ns")["hits"] == 2  # counted like a hit through `find`
-        clock.now += 61
-        assert not cache.holds("ns", "k", answer)  # expired
         await cache.aclose()
 
     run(main)

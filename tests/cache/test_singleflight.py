@@ -130,6 +130,24 @@ def test_closing_before_the_upstream_started_is_clean() -> None:
     run(main)
 
 
+def test_shutdown_before_the_pump_ran_ends_the_flight_for_every_listener() -> None:
+    async def main() -> None:
+        sf = flights()
+        up = Upstream()
+        views = [sf.open("ns", "k", up.start)[1] for _ in range(2)]
+        await sf.aclose()  # no await since `open`: the pump has not started yet
+        for view in views:
+            with pytest.raises(ProviderError, match="cancelled"):
+                await view.__anext__()
+        assert up.starts == 0
+        assert sf.in_flight() == 0
+        is_leader, view = sf.open("ns", "k", up.start)  # a new request starts afresh
+        assert is_leader
+        assert await drain(view) == list(ANSWER)
+
+    run(main)
+
+
 def test_a_failed_upstream_gives_every_listener_the_same_error_and_is_forgotten() -> None:
     async def main() -> None:
         sf = flights()
@@ -204,8 +222,8 @@ def test_an_answer_over_the_buffer_limit_streams_on_but_is_not_shared_or_stored(
 
 @pytest.mark.parametrize("spare", [0, -1])
 def test_a_flight_sizes_every_kind_of_event_as_the_codec_estimates_it(spare: int) -> None:
-    # The flight sizes the common kinds inline (`Flight.append`); the limit must fall
-    # exactly where `codec.estimate_size` puts it, for every kind of event.
+    # The limit must fall exactly where `codec.estimate_size` puts it, for every kind of
+    # event.
     answer: list[Event] = [
         TextDelta("héllo"),
         ReasoningDelta("thinking"),

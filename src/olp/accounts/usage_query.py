@@ -1,5 +1,5 @@
 """Read the ledger: usage grouped by key, provider, model or day; per-key counters for the
-limits at start (`limit_seeds`); recent fallbacks and errors for the dashboard.
+limits at start (`limit_seeds`); cache outcomes per key.
 
 Everything here is a plain blocking SQLite read: the server runs it in a worker thread.
 Days and months are UTC.
@@ -21,8 +21,6 @@ from olp.storage import DatabaseError
 __all__ = [
     "GROUPINGS",
     "CacheOutcomes",
-    "ErrorEvent",
-    "FallbackEvent",
     "GroupBy",
     "UsageRow",
     "cache_outcomes",
@@ -32,8 +30,6 @@ __all__ = [
     "parse_since",
     "read_limit_seeds",
     "read_window_rows",
-    "recent_errors",
-    "recent_fallbacks",
     "total",
     "usage_by",
     "usage_report",
@@ -283,60 +279,6 @@ def read_limit_seeds(path: Path, now: float) -> list[UsageSeed]:
         return limit_seeds(conn, now)
     finally:
         conn.close()
-
-
-@dataclass(frozen=True, slots=True)
-class FallbackEvent:
-    ts: float
-    request_id: str
-    chain: str
-    hop: int
-    provider: str
-    model: str
-    outcome: str  # failed | skipped | truncated
-    code: str | None
-    trigger: str | None
-    latency_ms: float
-
-
-def recent_fallbacks(
-    conn: sqlite3.Connection, since: float, limit: int = 50
-) -> list[FallbackEvent]:
-    """Hops that did not simply answer, newest first."""
-    rows = _query(
-        conn,
-        """SELECT ts, request_id, chain, hop, provider, model, outcome, code, trigger,
-                  latency_ms
-           FROM ledger_attempts WHERE ts >= ? AND outcome != 'served'
-           ORDER BY ts DESC, id DESC LIMIT ?""",
-        (since, limit),
-    )
-    return [FallbackEvent(*row) for row in rows]
-
-
-@dataclass(frozen=True, slots=True)
-class ErrorEvent:
-    ts: float
-    request_id: str
-    key_id: str
-    key_name: str
-    requested_model: str
-    provider: str | None
-    status: int
-    error_code: str | None
-
-
-def recent_errors(conn: sqlite3.Connection, since: float, limit: int = 50) -> list[ErrorEvent]:
-    """Requests answered with an error status, newest first."""
-    rows = _query(
-        conn,
-        """SELECT ts, request_id, key_id, key_name, requested_model, provider, status,
-                  error_code
-           FROM ledger_requests WHERE ts >= ? AND status >= 400
-           ORDER BY ts DESC, id DESC LIMIT ?""",
-        (since, limit),
-    )
-    return [ErrorEvent(*row) for row in rows]
 
 
 def _query(conn: sqlite3.Connection, sql: str, params: Any) -> list[Any]:

@@ -1,9 +1,9 @@
 """Content-addressed response cache with per-key namespaces and streaming singleflight.
 
-The engine uses `ResponseCache.find` and `ResponseCache.lead` per hop (`open_hop` is both
-in one call), with a key from `cache_key` (or `request_fingerprint` once per request +
-`hop_key` per hop) and the (lookup, store) flags from `cache_policy` and the provider's
-`cacheable`. See docs/cache.md.
+The engine uses `ResponseCache.find` and `ResponseCache.lead` per hop, with a key from
+`cache_key` (or `request_fingerprint` once per request + `hop_key` per hop) and the
+(lookup, store) flags from `cache_policy` and the provider's `cacheable`. See
+docs/cache.md.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from olp.cache.facade import (
 )
 from olp.cache.keys import cache_key, hop_key, request_fingerprint
 from olp.cache.memory import MemoryStore
-from olp.cache.singleflight import CancelGuard, FlightView, SingleFlight, Start
+from olp.cache.singleflight import FlightView, SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import CachedAnswer, Store, StoreStats
 
@@ -30,7 +30,6 @@ __all__ = [
     "CacheHop",
     "CacheOutcome",
     "CachedAnswer",
-    "CancelGuard",
     "FlightView",
     "HopRole",
     "MemoryStore",

@@ -14,7 +14,6 @@ import sqlite3
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,8 +91,8 @@ MIGRATIONS = (
         """,
     ),
     # No index by namespace: it cost every insert and every eviction a second B-tree
-    # write (about 15 % of the writer's work per miss), to speed up only `olp cache clear
-    # NAMESPACE`, which is rare and may scan the table.
+    # write, to speed up only `olp cache clear NAMESPACE`, which is rare and may scan the
+    # table.
     Migration(4, "DROP INDEX entries_namespace"),
 )
 
@@ -205,10 +204,8 @@ class _Touch:
 # stops the thread.
 Op = Row | int | _Clear | _Touch | threading.Event | None
 # The writer lets writes gather for this long (a flush or close cuts it short) and applies
-# them all in one transaction: a COMMIT costs as much as a few hundred small writes, and
-# under load a miss is an insert plus an eviction. A quarter second (the ledger's pace
-# too) lets a batch fill 1,024-row statements under load: against 0.05 s, the writer's
-# CPU per miss fell by a sixth.
+# them all in one transaction: a COMMIT costs as much as a few hundred small writes. A
+# quarter second (the ledger's pace too) lets a batch fill 1,024-row statements under load.
 _BATCH_WINDOW_S = 0.25
 
 
@@ -231,16 +228,17 @@ class DiskWriter:
         self._conn = conn
         # deque.append and popleft are atomic: the event loop and the writer share it bare.
         self._ops: deque[Op] = deque()
-        # A put (a Row) or a delete (an entry id) is only an append to the deque, done by
-        # the deque's own method: one of each on nearly every miss (the new entry, the
-        # evicted one).
-        self.put: Callable[[Row], None] = self._ops.append
-        self.delete: Callable[[int], None] = self._ops.append
         self._window_s = window_s
         self._urgent = threading.Event()  # set by flush() and close()
         self._thread = threading.Thread(target=self._run, name="olp-cache-writer", daemon=True)
         self._closed = False
         self._thread.start()
+
+    def put(self, row: Row) -> None:
+        self._ops.append(row)
+
+    def delete(self, entry_id: int) -> None:
+        self._ops.append(entry_id)
 
     def clear(self, namespace: str | None) -> None:
         self._ops.append(_Clear(namespace))

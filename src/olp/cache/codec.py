@@ -9,14 +9,14 @@ None (a miss), never as wrong data.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import orjson
 
 from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 
-__all__ = ["CODEC_VERSION", "FIXED_SIZES", "decode_events", "encode_events", "estimate_size"]
+__all__ = ["CODEC_VERSION", "decode_events", "encode_events", "estimate_size"]
 
 # Bump when an event type gains, loses or reorders a field (tests/cache pins the fields).
 CODEC_VERSION = 2
@@ -72,11 +72,6 @@ _ITEMS: dict[type, Callable[[Any], tuple[Any, ...]]] = {
 }
 
 
-# The events whose estimated size does not depend on what they hold: a flight sizes them
-# with a dict lookup instead of a call (a usage and a finish end nearly every answer).
-FIXED_SIZES: Mapping[type, int] = {Usage: 48, Finish: 48}
-
-
 def estimate_size(event: Event) -> int:
     """About how many bytes `event` adds to an entry, without encoding it (for streaming).
 
@@ -89,7 +84,7 @@ def estimate_size(event: Event) -> int:
         return len(event.text) + 8
     if isinstance(event, ToolCallDelta):
         return len(event.arguments) + len(event.id or "") + len(event.name or "") + 24
-    return FIXED_SIZES.get(type(event), 48)
+    return 48  # a usage, a finish: a few numbers or a short word
 
 
 def decode_events(body: bytes) -> tuple[Event, ...] | None:

@@ -1,8 +1,9 @@
 """`ResponseCache`: the one object the engine talks to, once per hop.
 
     cache = ResponseCache(config.cache, config.home)
-    hop = await cache.open_hop(namespace, key, lambda: provider.stream(req, ctx),
-                               lookup=lookup, store=store)
+    hop = await cache.find(namespace, key)             # a stored answer, or a shared call
+    if hop is None:                                    # (the engine checks its gates here)
+        hop = cache.lead(namespace, key, lambda: provider.stream(req, ctx))
     # hop.outcome -> X-OLP-Cache; hop.role -> ledger; iterate and aclose() hop.events
 
 Per hop, in this order: a stored answer (memory, then disk) is replayed; else an identical
@@ -21,11 +22,11 @@ from typing import Any, Literal
 
 from olp.cache.memory import DEFAULT_MEMORY_BYTES, EVENT_OVERHEAD, Clock, MemoryStore
 from olp.cache.redis_keys import MISSING_REDIS_PACKAGE, RedisPackageMissing
-from olp.cache.singleflight import CancelGuard, SingleFlight, Start
+from olp.cache.singleflight import SingleFlight, Start
 from olp.cache.sqlite_store import SqliteStore
 from olp.cache.store import CachedAnswer, Store
 from olp.config import CacheConfig
-from olp.ir import ChatResponse, Event, Finish, TextDelta, is_content
+from olp.ir import ChatResponse, Event, Finish, is_content
 
 __all__ = [
     "CACHE_FILE",
@@ -89,17 +90,10 @@ def cache_policy(cache_control: str | None) -> tuple[bool, bool]:
 
 def is_complete(events: Sequence[Event]) -> bool:
     """A complete, successful answer: some content, and a final `Finish` worth keeping."""
-    for event in reversed(events):  # (a loop, not a generator: this runs on every miss)
-        if isinstance(event, Finish):
-            if event.reason not in _CACHEABLE_FINISH:
-                return False
-            break
-    else:
+    finish = next((event for event in reversed(events) if isinstance(event, Finish)), None)
+    if finish is None or finish.reason not in _CACHEABLE_FINISH:
         return False
-    for event in events:  # noqa: SIM110 (a loop: no generator on every miss)
-        if type(event) is TextDelta or is_content(event):
-            return True
-    return False
+    return any(is_content(event) for event in events)
 
 
 @dataclass(slots=True)
@@ -130,22 +124,6 @@ class ResponseCache:
         self._flights = SingleFlight(max_buffer_bytes=config.max_entry_bytes)
         self._counters: dict[str, _Counters] = {}
 
-    async def open_hop(
-        self, namespace: str, key: str, start: Start, *, lookup: bool = True, store: bool = True
-    ) -> CacheHop:
-        """This hop's events: from the cache, a shared flight, or a new upstream call.
-
-        `start` is called at most once, only when this request leads a new call.
-        `lookup=False` (no-cache) never answers from the cache or joins another request,
-        but still stores a complete answer; `store=False` (no-store, `cacheable: false`,
-        Anthropic `cache_control` markers on an Anthropic hop) leaves the cache out.
-        The engine calls `find` and `lead` itself (a hop's gates run between them).
-        """
-        found = await self.find(namespace, key) if lookup and store else None
-        if found is not None:
-            return found
-        return self.lead(namespace, key, start, lookup=lookup, store=store)
-
     async def find(self, namespace: str, key: str) -> CacheHop | None:
         """A stored answer (memory, then disk) or an identical call in flight; never starts one.
 
@@ -154,8 +132,7 @@ class ResponseCache:
         """
         if not self.config.enabled:
             return None
-        # (`_count` and `_follow` are written out: this runs on every miss.)
-        counters = self._counters.get(namespace) or self._count(namespace)
+        counters = self._count(namespace)
         store = self.store
         answer = store.lookup(namespace, key)
         if answer is None and store.on_disk(namespace, key):
@@ -168,18 +145,6 @@ class ResponseCache:
             return None
         counters.shared += 1
         return CacheHop("miss", "follower", view)
-
-    def holds(self, namespace: str, key: str, answer: CachedAnswer) -> bool:
-        """Whether `find` would replay this very answer now (it is live, in memory).
-
-        With `replay`, a caller that remembers which answer a request got can answer the
-        same request again without asking `find`: the same result, and the same counts.
-        """
-        return self.config.enabled and self.store.lookup(namespace, key) is answer
-
-    def replay(self, namespace: str, key: str, answer: CachedAnswer) -> CacheHop:
-        """A hit on `answer`, which `holds` just vouched for."""
-        return self._replay(namespace, key, answer, self._count(namespace))
 
     def keep_response(self, hop: CacheHop, response: ChatResponse) -> None:
         """Keep a replayed answer's `response` with it (`CachedAnswer.response`): every
@@ -197,21 +162,21 @@ class ResponseCache:
         start: Start,
         lookup: bool = True,
         store: bool = True,
-        guard: CancelGuard | None = None,
     ) -> CacheHop:
         """Start this hop's upstream call (shared with later identical requests).
 
         Call it right after `find` found nothing, with no await in between: then no
         identical flight can have started meanwhile, and this one is not a duplicate.
-        `guard` is the caller's disconnect watch: with it, a lone leader reads the upstream
-        in its own task (see `SingleFlight.lead`).
+        `lookup=False` (no-cache) never joins another request but still stores a complete
+        answer; `store=False` (no-store, `cacheable: false`, Anthropic `cache_control`
+        markers on an Anthropic hop) leaves the cache out.
         """
-        counters = self._counters.get(namespace) or self._count(namespace)
+        counters = self._count(namespace)
         if not self.config.enabled or not store:
             counters.bypasses += 1
             return CacheHop("bypass", "direct", start())
         write = partial(self._write, namespace, key)
-        view = self._flights.lead(namespace, key, start, write, guard)  # (positional: per miss)
+        view = self._flights.lead(namespace, key, start, write)
         if lookup:
             counters.misses += 1
             return CacheHop("miss", "leader", view)

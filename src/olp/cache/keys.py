@@ -151,8 +151,6 @@ def request_fingerprint(request: ChatRequest) -> bytes:
     return hashlib.sha256(canonical_request(request)).digest()
 
 
-# Not memoised: asked once per hop (`CacheScope.resolve`), and a repeated request that
-# hits skips it (`olp.server.parse_memo`), so a memo would only cost every miss.
 def hop_key(provider: str, model: str, fingerprint: bytes) -> str:
     return hashlib.sha256(_hop_header(provider, model) + fingerprint).hexdigest()
 

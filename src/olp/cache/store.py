@@ -34,13 +34,9 @@ class CachedAnswer:
     answer, a fifth of a streamed one of a dozen chunks, and less of the CPU's caches.
     The replay that decodes it counts the difference (`ResponseCache` does, with
     `Store.weigh`). Nobody changes the events once made.
-
-    Weakly referenceable: a request body's memo of its last hit (`olp.server.parse_memo`)
-    must not keep an answer the cache has dropped.
     """
 
     __slots__ = (
-        "__weakref__",
         "_body",
         "_events",
         "created_at",

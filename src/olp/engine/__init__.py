@@ -6,7 +6,7 @@ from olp.engine.classify import Decision, decide
 from olp.engine.fallback import Attempt, AttemptListener, FallbackEngine, HopGate, Served
 from olp.engine.pools import MemberState, PoolScheduler
 from olp.engine.routing import Chain, Hop, Router
-from olp.engine.sources import CacheScope, HopSource
+from olp.engine.sources import CacheScope, DirectSource, HopCache, HopSource
 
 __all__ = [
     "Attempt",
@@ -14,8 +14,10 @@ __all__ = [
     "CacheScope",
     "Chain",
     "Decision",
+    "DirectSource",
     "FallbackEngine",
     "Hop",
+    "HopCache",
     "HopGate",
     "HopSource",
     "MemberState",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -29,6 +29,9 @@ __all__ = ["Attempt", "AttemptListener", "FallbackEngine", "HopGate", "Served"]
 log = event_logger("olp.engine")
 
 Outcome = Literal["served", "failed", "skipped", "truncated", "cancelled"]
+# How a committed hop's answer ended: whole, cut short by a failure after commit, or cut
+# off (the client left, or OLP is stopping) while it was being read.
+Ending = Literal["served", "truncated", "cancelled"]
 
 
 @dataclass(slots=True)
@@ -59,29 +62,38 @@ AttemptListener = Callable[[Attempt], None]
 
 @dataclass(slots=True)
 class Served:
-    """The committed hop's stream. Iterate `events()` exactly once."""
+    """The committed hop's stream. Iterate `events()` exactly once (or take `whole()`),
+    then hand it to `FallbackEngine.report`.
+    """
 
     chain: Chain
     hop: Hop
     failures: tuple[HopFailure, ...]
     head: list[Event]
     rest: AsyncIterator[Event] | None
-    engine: FallbackEngine
     request_id: str
     started: float
     source: HopSource
-    truncated: bool = False
+    # How the answer ended (`Ending`; `error` for "truncated"); None while `events()` has
+    # not ended, or was never read.
+    ended: Ending | None = None
     error: ProviderError | None = None
     _closed: bool = field(default=False, repr=False)
-    _reported: bool = field(default=False, repr=False)  # its attempt went to the listeners
 
-    async def events(self) -> AsyncIterator[Event]:
+    @property
+    def truncated(self) -> bool:
+        return self.ended == "truncated"
+
+    async def events(self) -> AsyncGenerator[Event, None]:
+        """The answer's events; close it (`contextlib.aclosing`) if you stop early."""
         try:
             async for event in self._events():
                 yield event
         except (asyncio.CancelledError, GeneratorExit):
-            # Cut off: the client left, or OLP is stopping. The attempt still happened.
-            self.engine.cancelled(self)
+            # Cut off: the client left, or OLP is stopping. The attempt still happened
+            # (unless the answer had already ended: then it was served).
+            if self.ended is None:
+                self.ended = "cancelled"
             raise
 
     async def _events(self) -> AsyncIterator[Event]:
@@ -97,17 +109,16 @@ class Served:
             except Exception as raw:
                 # Rule 3: content already reached the client; end honestly, never retry.
                 exc = _as_provider_error(raw, self.hop.name)
-                self.truncated = True
+                self.ended = "truncated"
                 # Kept without its traceback, whose frames (this one too) hold `self`.
                 self.error = exc.with_traceback(None)
-                self.engine.after_commit_failure(self, exc)
                 yield Finish("length")
                 return
         if not finished:
             yield Finish("stop")
-        self.engine.served(self)
+        self.ended = "served"
 
-    def settled(self) -> list[Event] | None:
+    def whole(self) -> list[Event] | None:
         """Every event, if the answer is already whole (a replay, a stream that ended early).
 
         The synchronous twin of `events()`, for a handler that can skip async iteration;
@@ -118,7 +129,7 @@ class Served:
         events = self.head
         if not any(isinstance(event, Finish) for event in events):
             events = [*events, Finish("stop")]
-        self.engine.served(self)
+        self.ended = "served"
         return events
 
     async def aclose(self) -> None:
@@ -145,8 +156,23 @@ class FallbackEngine:
         self.arrange = arrange
         self.default_retry_after_s = default_retry_after_s
         self.max_cooldown_s = max_cooldown_s
-        self.gates: list[HopGate] = [self._cooldown_gate, *gates]
+        self.gates: list[HopGate] = list(gates)  # after the cooldown gate
         self.listeners = list(listeners)
+
+    def with_settings(
+        self, *, default_retry_after_s: float, max_cooldown_s: float
+    ) -> FallbackEngine:
+        """An engine with new retry settings that shares this one's cooldowns, gates,
+        listeners (a listener added to either is heard by both) and hop order (`arrange`):
+        a config reload's."""
+        engine = FallbackEngine(
+            self.cooldowns,
+            default_retry_after_s=default_retry_after_s,
+            max_cooldown_s=max_cooldown_s,
+            arrange=self.arrange,
+        )
+        engine.gates, engine.listeners = self.gates, self.listeners
+        return engine
 
     async def open(
         self,
@@ -193,18 +219,8 @@ class FallbackEngine:
                 self._emit(self._attempt(request_id, chain, hop, "cancelled", started, source))
                 raise
             rest = None if ended else stream
-            return Served(
-                chain, hop, tuple(failures), head, rest, self, request_id, started, source
-            )
+            return Served(chain, hop, tuple(failures), head, rest, request_id, started, source)
         raise self._exhausted(failures)
-
-    def replay(self, chain: Chain, hop: Hop, request_id: str, source: HopSource) -> Served:
-        """What `open` returns when `hop`, the first it asks, has `source`, a stored answer.
-
-        For a caller that already knows (the chat handler's memo of a repeated request):
-        the chain walk and its cache lookups are skipped, nothing else.
-        """
-        return self._replayed(chain, hop, (), request_id, source)
 
     def _replayed(
         self,
@@ -216,11 +232,14 @@ class FallbackEngine:
     ) -> Served:
         head = list(source.stored or ())
         started = time.perf_counter()
-        return Served(chain, hop, failures, head, None, self, request_id, started, source)
+        return Served(chain, hop, failures, head, None, request_id, started, source)
 
     # -- gates -------------------------------------------------------------------------
 
     def _gate(self, hop: Hop) -> ProviderError | None:
+        cooling = self._cooldown_gate(hop)
+        if cooling is not None:
+            return cooling
         for gate in self.gates:
             error = gate(hop)
             if error is not None:
@@ -275,22 +294,18 @@ class FallbackEngine:
             )
         )
 
-    def served(self, served: Served) -> None:
-        self._report(served, self._served_attempt(served, "served"))
-
-    def after_commit_failure(self, served: Served, exc: ProviderError) -> None:
-        self._cool_down(served.hop, exc)
-        attempt = self._served_attempt(served, "truncated")
-        attempt.failure, attempt.message = exc.failure, exc.message
-        self._report(served, attempt)
-
-    def cancelled(self, served: Served) -> None:
-        self._report(served, self._served_attempt(served, "cancelled"))
-
-    def _report(self, served: Served, attempt: Attempt) -> None:
-        if not served._reported:  # once: a stream cut after it ended is still served
-            served._reported = True
-            self._emit(attempt)
+    def report(self, served: Served) -> None:
+        """Tell every listener how the committed hop ended (once, after the answer was sent
+        or cut off); a failure after commit also cools its provider down. Nothing if its
+        events were never read."""
+        if served.ended is None:
+            return
+        attempt = self._served_attempt(served, served.ended)
+        error = served.error
+        if error is not None:
+            self._cool_down(served.hop, error)
+            attempt.failure, attempt.message = error.failure, error.message
+        self._emit(attempt)
 
     def _attempt(
         self,

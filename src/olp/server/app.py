@@ -25,14 +25,14 @@ from olp.config import Config
 from olp.engine import FallbackEngine, PoolScheduler, Router
 from olp.errors import MethodNotAllowed, NotFound, OLPError, ShuttingDown
 from olp.observability import event_logger
-from olp.providers.base import Provider, ProviderPlugin, QuotaSnapshot
+from olp.providers.base import ProviderPlugin, QuotaSnapshot
 from olp.providers.loader import build_providers, load_plugins
 from olp.quota import Clock, Cooldowns, QuotaBook, QuotaStore
 from olp.registry import Registry, load_registry
 from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
 from olp.server.chat import serve
-from olp.server.context import AppContext
+from olp.server.context import AppContext, Snapshot
 from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
@@ -103,7 +103,13 @@ def create_app(
     plugins = load_plugins() if plugins is None else plugins
     providers = build_providers(config, plugins, registry)
     cooldowns = Cooldowns(clock)
-    quota = QuotaBook(cooldowns, config.routing.soft_triggers, _snapshots(providers), clock)
+
+    def signal(name: str) -> QuotaSnapshot | None:
+        # Through the running snapshot: a reload's new providers report theirs.
+        provider = ctx.providers.get(name)
+        return provider.quota() if provider is not None else None
+
+    quota = QuotaBook(cooldowns, config.routing.soft_triggers, signal, clock)
     pools = PoolScheduler(quota)
     engine = FallbackEngine(
         cooldowns,
@@ -116,19 +122,18 @@ def create_app(
     sync = QuotaSync(quota, QuotaStore(config.home / "quota.db"))
     sync.load()
     warn_soft_triggers(config, providers)
+    live = Snapshot(
+        config, providers, Router(config, registry, providers), Pricing(registry, config), engine
+    )
     ctx = AppContext(
-        config=config,
+        live=live,
         registry=registry,
-        providers=providers,
-        router=Router(config, registry, providers),
         cooldowns=cooldowns,
-        engine=engine,
         auth=authenticator or default_authenticator(config, clock),
         limits=LimitKeeper(clock),
         quota=quota,
         pools=pools,
         ledger=Ledger.open(config.home, config.ledger.retention_days),
-        pricing=Pricing(registry, config),
         cache=ResponseCache(config.cache, config.home, clock),
         version=__version__,
         plugins=plugins,
@@ -149,14 +154,6 @@ def _wire_observers(ctx: AppContext, clock: Clock) -> None:
     ctx.observers.append(limit_usage(ctx.limits, ctx))
     engine.listeners.append(ctx.metrics.on_attempt)
     ctx.observers.append(ctx.metrics.observe)  # O(1): counters, rings, minute buckets
-
-
-def _snapshots(providers: Mapping[str, Provider]) -> Callable[[str], QuotaSnapshot | None]:
-    def snapshot(name: str) -> QuotaSnapshot | None:
-        provider = providers.get(name)
-        return provider.quota() if provider is not None else None
-
-    return snapshot
 
 
 class OLPApp:

@@ -111,58 +111,23 @@ class DisconnectWatch:
     Cancellation then unwinds the provider stream, which closes the upstream connection
     or kills the CLI. The news is an `http.disconnect` from `receive()` (ASGI's way), so a
     small task waits on it once the body is read.
-
-    It is also the request's `CancelGuard` (olp.cache): while the task pulls an upstream
-    that another request may share, the cancel waits until the pull is over.
     """
 
-    __slots__ = (
-        "_active",
-        "_deferred",
-        "_may_cancel",
-        "_receive",
-        "_spawn",
-        "_task",
-        "_watcher",
-        "disconnected",
-    )
+    __slots__ = ("_active", "_receive", "_spawn", "_task", "_watcher", "disconnected")
 
     def __init__(self, req: Request) -> None:
         self._task = asyncio.current_task()
         self._active = True
         self.disconnected = False
-        self._may_cancel: Callable[[], bool] | None = None
-        self._deferred = False
         self._receive: Receive | None = req.receive
         self._watcher: asyncio.Task[None] | None = None
         # The watcher task starts on the loop's next turn: a handler that finishes
         # without ever waiting (a cache hit) never pays for a task it did not need.
         self._spawn: asyncio.Handle | None = asyncio.get_running_loop().call_soon(self._start)
 
-    @property
-    def task(self) -> asyncio.Task[Any] | None:
-        return self._task
-
-    def hold(self, may_cancel: Callable[[], bool]) -> None:
-        self._may_cancel = may_cancel
-
-    def release(self) -> None:
-        self._may_cancel = None
-        if self._deferred:
-            self._deferred = False
-            self._cancel()
-
     def _gone(self) -> None:
         if self._active and self._task is not None:
             self.disconnected = True
-            may_cancel = self._may_cancel
-            if may_cancel is not None and not may_cancel():
-                self._deferred = True  # until release()
-                return
-            self._cancel()
-
-    def _cancel(self) -> None:
-        if self._active and self._task is not None:
             self._task.cancel()
 
     def _start(self) -> None:
@@ -183,7 +148,6 @@ class DisconnectWatch:
         # the garbage collector instead of going when the request ends.
         self._active = False
         self._task = None
-        self._may_cancel = None
         self._receive = None
         if self._spawn is not None:
             self._spawn.cancel()

@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 
 from olp.accounts import Identity
 from olp.cache import CacheHop, ResponseCache, cache_policy, request_fingerprint
-from olp.engine import CacheScope, Chain, HopGate, Served
+from olp.engine import CacheScope, Chain, HopGate, HopSource, Served
 from olp.errors import ChainFailed, OLPError, ShuttingDown, UnsupportedMediaType
 from olp.ir import ChatRequest, ChatResponse, Event, Finish, ResponseBuilder, Usage
 from olp.observability import event_logger
 from olp.server.asgi import ClientGone, DisconnectWatch, Headers, Request, Send, send_bytes
-from olp.server.context import AppContext
+from olp.server.context import AppContext, Snapshot
 from olp.server.meta import ResponseMeta
 from olp.server.outcome import RequestOutcome
 from olp.server.share_gate import share_gate
@@ -56,6 +57,7 @@ class _Exchange:
     """One request in flight: what we know so far, and whether headers went out."""
 
     ctx: AppContext
+    live: Snapshot  # read once, at the request's start: a config reload swaps in another
     send: Send
     meta: ResponseMeta
     dialect: Dialect
@@ -72,7 +74,7 @@ class _Exchange:
     client_left: bool = False
 
     async def start_sse(self, encoder: StreamEncoder) -> None:
-        headers = [*_SSE_HEADERS, *self.meta.headers(self.ctx.config.auth)]
+        headers = [*_SSE_HEADERS, *self.meta.headers(self.live.config.auth)]
         await self.send({"type": "http.response.start", "status": 200, "headers": headers})
         self.started = True
         opening = encoder.start()
@@ -93,25 +95,25 @@ class _Exchange:
             # Headers are out (heartbeat): the error travels as a final SSE frame.
             await self.frame(self.encoder.error_frame(err), last=True)
             return
-        headers = [_JSON, *self.meta.headers(self.ctx.config.auth, err)]
+        headers = [_JSON, *self.meta.headers(self.live.config.auth, err)]
         await send_bytes(self.send, err.http_status, headers, self.dialect.error_body(err))
 
 
 async def handle(ctx: AppContext, req: Request, send: Send, dialect: Dialect) -> None:
     """Answer one generating request in `dialect`; nothing escapes but a shutdown's cancel."""
-    ex = _Exchange(ctx, send, ResponseMeta(), dialect)
+    ex = _Exchange(ctx, ctx.live, send, ResponseMeta(), dialect)
     watch: DisconnectWatch | None = None
     ctx.metrics.request_started()
     try:
         identity = ex.meta.identity = ctx.auth.authenticate(ctx.token(req))
-        body = await read_json_body(ctx, req)
+        body = await read_json_body(ex.live, req)
         request = dialect.parse(body)
         ex.meta.model, ex.stream = request.model, request.stream
         ex.requested = request.model
-        chain = ctx.authorize(identity, ctx.router.resolve(request.model))
+        chain = ex.live.authorize(identity, ex.live.router.resolve(request.model))
         _admit(ex, identity)
         watch = DisconnectWatch(req)
-        scope = _cache_scope(ctx, req, identity, body, request, watch)
+        scope = _cache_scope(ex, req, identity, body, request)
         ex.meta.cache = "miss" if scope is not None and scope.lookup else "bypass"
         if request.stream:
             await _stream(ex, chain, request, scope)
@@ -144,7 +146,7 @@ async def handle(ctx: AppContext, req: Request, send: Send, dialect: Dialect) ->
         _finished(ex)
 
 
-async def read_json_body(ctx: AppContext, req: Request) -> bytes:
+async def read_json_body(live: Snapshot, req: Request) -> bytes:
     """The request's body, once its content type is JSON, within the server's limits."""
     content_type = req.header(b"content-type") or b""
     if b"application/json" not in content_type.lower():
@@ -153,7 +155,7 @@ async def read_json_body(ctx: AppContext, req: Request) -> bytes:
             f"(got {content_type.decode('latin-1') or 'none'!r}); "
             "with curl, add -H 'Content-Type: application/json'."
         )
-    server = ctx.config.server
+    server = live.config.server
     return await req.body(server.max_body_bytes, server.body_timeout_s)
 
 
@@ -166,15 +168,14 @@ def _admit(ex: _Exchange, identity: Identity) -> None:
 
 
 def _cache_scope(
-    ctx: AppContext,
+    ex: _Exchange,
     req: Request,
     identity: Identity,
     body: bytes,
     request: ChatRequest,
-    watch: DisconnectWatch,
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
-    if not ctx.config.cache.enabled:
+    if not ex.live.config.cache.enabled:
         return None
     cache_control = req.header(b"cache-control")
     lookup = store = True
@@ -182,18 +183,14 @@ def _cache_scope(
         lookup, store = cache_policy(cache_control.decode("latin-1"))
         if not store:
             return None
-    # (Positional: one is built on every request that may use the cache.)
     return CacheScope(
-        ctx.cache,
+        ex.ctx.cache,
         identity.key_id,
         request_fingerprint(request),
         lookup,
         store,
         # Cheap and conservative: any marker anywhere makes Anthropic hops step aside.
-        # (`find`, not `in`: on Python 3.11, `bytes in bytes` first tries the needle as
-        # an int, and raises and clears a TypeError each time.)
-        body.find(b'"cache_control"') != -1,
-        watch,
+        prompt_cache_markers=b'"cache_control"' in body,
     )
 
 
@@ -259,35 +256,38 @@ def _uncancel() -> None:
 async def _complete(
     ex: _Exchange, chain: Chain, request: ChatRequest, scope: CacheScope | None
 ) -> None:
-    served = await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
+    served = await ex.live.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
     await _send_complete(ex, served, request)
 
 
 async def _send_complete(ex: _Exchange, served: Served, request: ChatRequest) -> None:
     _note_served(ex, served)
-    settled = served.settled()
-    if settled is not None:
-        response = _settled_response(ex.ctx.cache, served.source, settled)
-    else:
-        builder = ResponseBuilder()
-        try:
-            async for event in served.events():
-                builder.add(event)
-        finally:
-            await served.aclose()
-        response = builder.build()
+    try:
+        whole = served.whole()
+        if whole is not None:
+            response = _whole_response(ex.ctx.cache, served.source, whole)
+        else:
+            builder = ResponseBuilder()
+            async with aclosing(served.events()) as events:
+                async for event in events:
+                    builder.add(event)
+            response = builder.build()
+    finally:
+        await served.aclose()
+        ex.live.engine.report(served)
     ex.usage = response.usage
     response_id = ex.dialect.response_id(ex.meta.request_id)
     body = ex.dialect.response_body(response, request, response_id, int(time.time()))
     ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
-    await send_bytes(ex.send, 200, [_JSON, *ex.meta.headers(ex.ctx.config.auth)], body)
+    await send_bytes(ex.send, 200, [_JSON, *ex.meta.headers(ex.live.config.auth)], body)
 
 
-def _settled_response(cache: ResponseCache, source: CacheHop, events: list[Event]) -> ChatResponse:
+def _whole_response(cache: ResponseCache, source: HopSource, events: list[Event]) -> ChatResponse:
     """An answer already whole as one response; a cache entry's is built only once."""
-    answer = source.answer
-    if answer is not None and answer.response is not None:
-        return answer.response
+    if not isinstance(source, CacheHop) or source.answer is None:
+        return ResponseBuilder().extend(events).build()
+    if source.answer.response is not None:
+        return source.answer.response
     response = ResponseBuilder().extend(events).build()
     cache.keep_response(source, response)
     return response
@@ -312,25 +312,28 @@ async def _send_stream(ex: _Exchange, encoder: StreamEncoder, served: Served) ->
     try:
         if not ex.started:
             await ex.start_sse(encoder)
-        settled = served.settled()
-        if settled is not None:
-            await _send_settled(ex, encoder, settled)
+        whole = served.whole()
+        if whole is not None:
+            await _send_whole(ex, encoder, whole)
             return
-        async for event in served.events():
-            if isinstance(event, Usage):
-                ex.usage = event
-            data = encoder.encode(event)
-            if data:
-                if ex.ttft_ms is None:
-                    ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
-                await ex.frame(data)
+        # (Closed on the way out, so that a cut-off answer says so before `report`.)
+        async with aclosing(served.events()) as events:
+            async for event in events:
+                if isinstance(event, Usage):
+                    ex.usage = event
+                data = encoder.encode(event)
+                if data:
+                    if ex.ttft_ms is None:
+                        ex.ttft_ms = (time.perf_counter() - ex.meta.started) * 1000
+                    await ex.frame(data)
         await ex.frame(encoder.done(), last=True)
     finally:
         ex.ctx.metrics.stream_ended()
         await served.aclose()
+        ex.live.engine.report(served)
 
 
-async def _send_settled(ex: _Exchange, encoder: StreamEncoder, events: list[Event]) -> None:
+async def _send_whole(ex: _Exchange, encoder: StreamEncoder, events: list[Event]) -> None:
     """An answer already whole (a replay): every frame in one write."""
     frames: list[bytes] = []
     for event in events:
@@ -352,17 +355,16 @@ async def _open_with_heartbeat(
     """Run the chain; if it is slow to produce content, keep the client's line alive.
 
     A keepalive is not content (docs/design.md §5 rule 2): fallback goes on behind it. The
-    heartbeat task only exists once the first interval has passed, so the common fast
-    path costs one timer.
+    heartbeat task starts only once the first interval has passed.
     """
-    interval = ex.ctx.config.server.heartbeat_interval_ms / 1000
+    interval = ex.live.config.server.heartbeat_interval_ms / 1000
     beats: list[asyncio.Task[None]] = []
     timer = asyncio.get_running_loop().call_later(
         interval,
         lambda: beats.append(asyncio.ensure_future(_heartbeat(ex, encoder, interval))),
     )
     try:
-        return await ex.ctx.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
+        return await ex.live.engine.open(chain, request, ex.meta.request_id, scope, _gate(ex))
     finally:
         timer.cancel()
         for beat in beats:

@@ -1,4 +1,10 @@
-"""Everything a request handler needs, built once by `create_app`."""
+"""Everything a request handler needs, built once by `create_app`.
+
+What a request reads of the configuration is one immutable `Snapshot`: the `Config`, the
+providers, the router, the prices and the engine tuned by it. A config reload
+(`olp.server.reload`) builds a new one and swaps it in with one assignment; a request
+reads `ctx.live` once, at its start, and keeps that snapshot to its end.
+"""
 
 from __future__ import annotations
 
@@ -22,13 +28,42 @@ from olp.server.asgi import Request
 from olp.server.health_checks import HealthChecks
 from olp.server.metrics import Metrics
 from olp.server.outcome import OutcomeObserver
-from olp.server.parse_memo import ParseMemo
 
-__all__ = ["AppContext", "ConfigStatus"]
+__all__ = ["AppContext", "ConfigStatus", "Snapshot"]
 
-# Distinct (key, model) pairs whose `authorize` answer is kept: far more than a household
-# uses; past it the memo starts afresh.
-_AUTHORIZED_KEPT = 4096
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The running configuration and what is built from it; never changed in place."""
+
+    config: Config
+    providers: Mapping[str, Provider]
+    router: Router
+    pricing: Pricing
+    # (Its retry settings come from `config.routing`; cooldowns, gates and listeners are
+    # shared by every snapshot's engine.)
+    engine: FallbackEngine
+
+    def authorize(self, identity: Identity, chain: Chain) -> Chain:
+        """403 unless the key may use this model; drop the hops it may not use.
+
+        Those are the hops of providers outside the key's allow-list and, for a key with
+        a monthly USD budget, the hops whose cost OLP could not count: a budget fails
+        closed rather than count an unknown cost as $0.
+        """
+        providers = chain.providers()
+        check_access(identity, chain.name, providers)
+        if identity.allowed_providers is not None:
+            chain = chain.only(usable_providers(identity, providers))
+        if identity.limits.usd_month is None:
+            return chain
+        priced = chain.where(self._can_price)
+        if not priced.hops:
+            raise UnpricedModel(_unpriced_message(chain))
+        return priced
+
+    def _can_price(self, hop: Hop) -> bool:
+        return self.pricing.counts_cost(hop.name, hop.provider, hop.model)
 
 
 @dataclass(slots=True)
@@ -46,17 +81,13 @@ class ConfigStatus:
 
 @dataclass(slots=True)
 class AppContext:
-    config: Config
+    live: Snapshot  # replaced whole by a config reload, never changed in place
     registry: Registry
-    providers: dict[str, Provider]
-    router: Router
     cooldowns: Cooldowns
-    engine: FallbackEngine
     auth: Authenticator
     quota: QuotaBook
     pools: PoolScheduler
     ledger: Ledger
-    pricing: Pricing
     cache: ResponseCache
     version: str
     started_at: float = field(default_factory=time.time)
@@ -76,55 +107,33 @@ class AppContext:
     # the last provider health checks: what /metrics, status and the dashboard read.
     metrics: Metrics = field(default_factory=Metrics)
     health_checks: HealthChecks = field(default_factory=HealthChecks)
-    # With the cache on: recently seen request bodies, already parsed and fingerprinted.
-    parse_memo: ParseMemo = field(default_factory=ParseMemo)
-    # `authorize`'s answers: (id(identity), id(chain)) -> (identity, chain, usable chain).
-    _authorized: dict[tuple[int, int], tuple[Identity, Chain, Chain]] = field(
-        default_factory=dict, init=False, repr=False
-    )
 
     def token(self, req: Request) -> str | None:
         return extract_token(req.header(b"authorization"), req.header(b"x-api-key"))
 
+    # What handlers outside the chat path read: the running snapshot's parts.
+    @property
+    def config(self) -> Config:
+        return self.live.config
+
+    @property
+    def providers(self) -> Mapping[str, Provider]:
+        return self.live.providers
+
+    @property
+    def router(self) -> Router:
+        return self.live.router
+
+    @property
+    def pricing(self) -> Pricing:
+        return self.live.pricing
+
+    @property
+    def engine(self) -> FallbackEngine:
+        return self.live.engine
+
     def authorize(self, identity: Identity, chain: Chain) -> Chain:
-        """403 unless the key may use this model; drop the hops it may not use.
-
-        Those are the hops of providers outside the key's allow-list and, for a key with
-        a monthly USD budget, the hops whose cost OLP could not count: a budget fails
-        closed rather than count an unknown cost as $0.
-
-        The answer depends on nothing else, and neither changes in place: a key changed
-        from the CLI comes back as a new `Identity`, and the router keeps one `Chain` per
-        model. So it is remembered by the two objects themselves (a refusal is not).
-        """
-        at = (id(identity), id(chain))
-        known = self._authorized.get(at)
-        if known is not None and known[0] is identity and known[1] is chain:
-            return known[2]
-        usable = self._usable_chain(identity, chain)
-        if len(self._authorized) >= _AUTHORIZED_KEPT:
-            self._authorized.clear()  # (old keys' entries; the live ones come straight back)
-        self._authorized[at] = (identity, chain, usable)
-        return usable
-
-    def forget_authorizations(self) -> None:
-        """After a config reload: the chains remembered here are the old routing's."""
-        self._authorized.clear()
-
-    def _usable_chain(self, identity: Identity, chain: Chain) -> Chain:
-        providers = chain.providers()
-        check_access(identity, chain.name, providers)
-        if identity.allowed_providers is not None:
-            chain = chain.only(usable_providers(identity, providers))
-        if identity.limits.usd_month is None:
-            return chain
-        priced = chain.where(self._can_price)
-        if not priced.hops:
-            raise UnpricedModel(_unpriced_message(chain))
-        return priced
-
-    def _can_price(self, hop: Hop) -> bool:
-        return self.pricing.counts_cost(hop.name, hop.provider, hop.model)
+        return self.live.authorize(identity, chain)
 
 
 def _unpriced_message(chain: Chain) -> str:

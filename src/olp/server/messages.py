@@ -40,7 +40,7 @@ async def count_tokens(ctx: AppContext, req: Request, send: Send) -> None:
     auth = ctx.config.auth
     try:
         identity = meta.identity = ctx.auth.authenticate(ctx.token(req))
-        request = dialect.parse_count(await read_json_body(ctx, req))
+        request = dialect.parse_count(await read_json_body(ctx.live, req))
         meta.model = request.model
         ctx.authorize(identity, ctx.router.resolve(request.model))  # 404 / 403 as on create
         body = orjson.dumps({"input_tokens": estimate_input_tokens(request)})

@@ -35,9 +35,8 @@ from olp.observability import event_logger
 from olp.providers.base import Provider
 from olp.providers.loader import build_providers
 from olp.quota import soft_trigger_warnings
-from olp.server.context import AppContext
+from olp.server.context import AppContext, Snapshot
 from olp.server.observers import record_usage
-from olp.server.parse_memo import ParseMemo
 
 __all__ = [
     "LIVE_FIELDS",
@@ -160,15 +159,16 @@ def _live(section: str, running: _Section, new: _Section) -> _Section:
 
 
 def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> None:
-    # In place: the quota book reads each provider's signals through this very dict.
-    ctx.providers.clear()
-    ctx.providers.update(providers)
-    ctx.router = Router(config, ctx.registry, ctx.providers)
-    ctx.pricing = Pricing(ctx.registry, config)
-    ctx.quota.thresholds = config.routing.soft_triggers
-    ctx.engine.default_retry_after_s = config.routing.default_retry_after_s
-    ctx.engine.max_cooldown_s = config.routing.max_cooldown_s
-    ctx.config = config  # the request handlers read `auth` and `server` from it
+    routing = config.routing
+    engine = ctx.engine.with_settings(
+        default_retry_after_s=routing.default_retry_after_s, max_cooldown_s=routing.max_cooldown_s
+    )
+    router = Router(config, ctx.registry, providers)
+    # One assignment: a request reads `ctx.live` once, so it sees the old snapshot or the
+    # new one, never a mix of both.
+    ctx.live = Snapshot(config, providers, router, Pricing(ctx.registry, config), engine)
+    # The long-lived services take the settings of theirs that may change.
+    ctx.quota.thresholds = routing.soft_triggers
     record_usage(ctx, config.ledger.enabled)
     ctx.ledger.retention.days = config.ledger.retention_days
     dropped = ctx.cache.reconfigure(config.cache)
@@ -176,9 +176,6 @@ def _swap(ctx: AppContext, config: Config, providers: dict[str, Provider]) -> No
         log.info("cache_entries_dropped", entries=dropped, why="config reload: new cache limits")
     if isinstance(ctx.auth, DbAuthenticator):
         ctx.auth.allow_anonymous = config.auth.allow_anonymous
-    # Both remember answers worked out under the old routing (chains, last hits).
-    ctx.forget_authorizations()
-    ctx.parse_memo = ParseMemo()
     ctx.health_checks.forget()
 
 
