@@ -30,10 +30,12 @@ from olp.cache.keys import (
 from olp.ir import (
     ChatRequest,
     Finish,
+    Forward,
     ImagePart,
     Message,
     NamedToolChoice,
     Passthrough,
+    RawBody,
     ReasoningDelta,
     ReasoningPart,
     ResponseFormat,
@@ -175,6 +177,7 @@ CODEC_FIELDS = {
         "cost_usd",
     ),
     Finish: ("reason", "stop_sequence"),
+    RawBody: ("data",),
 }
 
 
@@ -183,7 +186,7 @@ def test_every_event_field_is_known_to_the_codec() -> None:
     for cls, names in CODEC_FIELDS.items():
         got = tuple(f.name for f in dataclasses.fields(cls))
         assert got == names, f"{cls.__name__} changed: update olp.cache.codec, bump CODEC_VERSION"
-    assert codec.CODEC_VERSION == 2
+    assert codec.CODEC_VERSION == 3
 
 
 # -- sensitivity ---------------------------------------------------------------------------
@@ -204,6 +207,7 @@ REQUEST_CHANGES: dict[str, Any] = {
     "seed": 7,
     "extra": {"frequency_penalty": 0.5},
     "passthrough": Passthrough("anthropic_messages", {"context_management": {}}),
+    "forward": Forward("embeddings", {"input": "x"}),
 }
 
 # For each nested class: how to put an instance into a request, a base instance, and one
@@ -227,6 +231,11 @@ NESTED: dict[type, tuple[Callable[[Any], ChatRequest], Any, dict[str, Any]]] = {
         lambda r: replace(BASE, messages=(Message("assistant", "ok", reasoning=(r,)),)),
         ReasoningPart("hmm", "sig"),
         {"text": "well", "signature": "sig2", "encrypted": "opaque"},
+    ),
+    Forward: (
+        lambda f: replace(BASE, forward=f),
+        Forward("embeddings", {"input": "x"}),
+        {"endpoint": "completions", "body": {"input": "y"}},
     ),
     Passthrough: (
         lambda p: replace(BASE, passthrough=p),

@@ -226,6 +226,8 @@ class FakeUpstream:
         app.router.add_post("/v1/chat/completions", self._openai)
         app.router.add_post("/v1/messages", self._anthropic)
         app.router.add_get("/v1/models", self._models)
+        app.router.add_post("/v1/embeddings", self._embeddings)
+        app.router.add_post("/v1/completions", self._completions)
         self._runner = web.AppRunner(app, shutdown_timeout=1.0, access_log=None)
         await self._runner.setup()
         # A real API's listen queue is deep; aiohttp's default (128) would make a burst of
@@ -287,6 +289,49 @@ class FakeUpstream:
 
     async def _anthropic(self, request: web.Request) -> web.StreamResponse:
         return await self._answer(request, fmt.ANTHROPIC)
+
+    async def _embeddings(self, request: web.Request) -> web.StreamResponse:
+        """A vector per input string (its length and first letter: easy to check)."""
+        recorded, behaviour = await self._record(request)
+        if isinstance(behaviour, Status):
+            return _status(behaviour)
+        body = recorded.json if isinstance(recorded.json, dict) else {}
+        inputs = body.get("input")
+        texts = inputs if isinstance(inputs, list) else [inputs]
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(str(t))), 0.5]}
+            for i, t in enumerate(texts)
+        ]
+        tokens = sum(len(str(t).split()) for t in texts)
+        usage = {"prompt_tokens": tokens, "total_tokens": tokens}
+        model = str(body.get("model") or "fake-embedder")
+        return web.json_response({"object": "list", "data": data, "model": model, "usage": usage})
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        """A legacy completion: the text between `prompt` and `suffix` (FIM), whole or streamed."""
+        recorded, behaviour = await self._record(request)
+        if isinstance(behaviour, Status):
+            return _status(behaviour)
+        body = recorded.json if isinstance(recorded.json, dict) else {}
+        text = behaviour.text if isinstance(behaviour, Text) else "    return a + b\n"
+        model = str(body.get("model") or "fake-completer")
+        usage = {"prompt_tokens": 5, "completion_tokens": 7, "total_tokens": 12}
+        base = {"id": "cmpl-fake", "object": "text_completion", "created": 1, "model": model}
+        if not body.get("stream"):
+            choice = {"index": 0, "text": text, "finish_reason": "stop", "logprobs": None}
+            return web.json_response({**base, "choices": [choice], "usage": usage})
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        for piece, finish in ((text[: len(text) // 2], None), (text[len(text) // 2 :], "stop")):
+            choice = {"index": 0, "text": piece, "finish_reason": finish, "logprobs": None}
+            chunk = {**base, "choices": [choice]}
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunk = {**base, "choices": [], "usage": usage}
+            await resp.write(b"data: " + orjson.dumps(chunk) + b"\n\n")
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
 
     async def _models(self, request: web.Request) -> web.StreamResponse:
         recorded, behaviour = await self._record(request)

@@ -14,12 +14,12 @@ from typing import Any
 
 import orjson
 
-from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCallDelta, Usage
+from olp.ir import Event, Finish, RawBody, ReasoningDelta, TextDelta, ToolCallDelta, Usage
 
 __all__ = ["CODEC_VERSION", "decode_events", "encode_events", "estimate_size"]
 
 # Bump when an event type gains, loses or reorders a field (tests/cache pins the fields).
-CODEC_VERSION = 2
+CODEC_VERSION = 3
 _TEXTS = (TextDelta, ReasoningDelta)  # (ReasoningDelta is sized apart: its seals)
 
 
@@ -69,6 +69,8 @@ _ITEMS: dict[type, Callable[[Any], tuple[Any, ...]]] = {
     ToolCallDelta: lambda e: ("c", e.index, e.id, e.name, e.arguments),
     Usage: _usage,
     Finish: _finish,
+    # Bytes as latin-1 text: one character per byte, so any bytes survive the round trip.
+    RawBody: lambda e: ("b", e.data.decode("latin-1")),
 }
 
 
@@ -84,6 +86,8 @@ def estimate_size(event: Event) -> int:
         return len(event.text) + 8
     if isinstance(event, ToolCallDelta):
         return len(event.arguments) + len(event.id or "") + len(event.name or "") + 24
+    if isinstance(event, RawBody):
+        return len(event.data) + 8
     return 48  # a usage, a finish: a few numbers or a short word
 
 
@@ -110,4 +114,6 @@ def _decode(item: list[Any]) -> Event:
         return Usage(item[1], item[2], item[3], item[4], item[5], item[6])
     if tag == "f":
         return Finish(*item[1:3])
+    if tag == "b":
+        return RawBody(item[1].encode("latin-1"))
     raise ValueError(f"unknown event tag {tag!r}")

@@ -32,6 +32,7 @@ import orjson
 
 from olp.ir import (
     ChatRequest,
+    Forward,
     ImagePart,
     Message,
     NamedToolChoice,
@@ -57,7 +58,7 @@ __all__ = [
 
 # Bump whenever the encoding below changes meaning: old entries then simply stop matching
 # (and age out by TTL and LRU) instead of answering requests they were not made for.
-KEY_SCHEMA = 5
+KEY_SCHEMA = 6
 
 # The nested IR classes as the key writes them: these fields, in this order (a reordering
 # changes every key: bump KEY_SCHEMA).
@@ -84,6 +85,9 @@ _FIELDS: Mapping[type, tuple[str, ...]] = {
     ResponseFormat: ("type", "json_schema"),
     # Fields and headers of the client's own wire (an Anthropic beta changes the answer).
     Passthrough: ("wire", "fields", "headers"),
+    # A forwarded endpoint's body is the request itself (such answers bypass the cache
+    # today; keyed all the same, so caching them could never serve a wrong answer).
+    Forward: ("endpoint", "body"),
 }
 
 # The request's INCLUDED fields, each at its place in the canonical array
@@ -103,6 +107,7 @@ _POSITIONS = (
     # Pass-through options, minus EXCLUDED_EXTRA; unknown future ones are included.
     "extra",
     "passthrough",
+    "forward",
 )
 
 INCLUDED: Mapping[type, frozenset[str]] = {
@@ -135,6 +140,7 @@ EXCLUDED: Mapping[type, frozenset[str]] = {
     ResponseFormat: frozenset(),
     ReasoningPart: frozenset(),
     Passthrough: frozenset(),
+    Forward: frozenset(),
 }
 
 # `ChatRequest.extra` options that are bookkeeping for the upstream, not generation inputs.
@@ -180,6 +186,7 @@ def canonical_request(request: ChatRequest) -> bytes:
             request.seed,
             _extra(extra) if extra else None,
             request.passthrough,
+            request.forward,
         ),
         option=_OPTIONS,
         default=_nested,

@@ -15,6 +15,7 @@ __all__ = [
     "Event",
     "Finish",
     "FinishReason",
+    "RawBody",
     "ReasoningDelta",
     "TextDelta",
     "ToolCallDelta",
@@ -78,8 +79,17 @@ class Finish:
     stop_sequence: str | None = None
 
 
-Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish
-CONTENT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta)
+@dataclass(frozen=True, slots=True)
+class RawBody:
+    """A piece of an upstream's answer passed on as it came, for the endpoints OLP forwards
+    without reading (embeddings, legacy completions): the whole JSON body, or one SSE
+    frame of a stream. Content: it commits the hop like text does."""
+
+    data: bytes
+
+
+Event = TextDelta | ReasoningDelta | ToolCallDelta | Usage | Finish | RawBody
+CONTENT_EVENTS = (TextDelta, ReasoningDelta, ToolCallDelta, RawBody)
 
 
 def is_content(event: Event) -> bool:

@@ -14,6 +14,7 @@ __all__ = [
     "CacheControl",
     "ChatRequest",
     "ContentPart",
+    "Forward",
     "ImagePart",
     "JSONValue",
     "Message",
@@ -139,6 +140,16 @@ class Passthrough:
 
 
 @dataclass(frozen=True, slots=True)
+class Forward:
+    """A request for an endpoint OLP routes but does not translate (`/v1/embeddings`,
+    `/v1/completions`): its body goes to a provider that serves that endpoint as it came,
+    with only the hop's model put in, and the answer comes back as `RawBody` events."""
+
+    endpoint: Literal["embeddings", "completions"]
+    body: Mapping[str, JSONValue]
+
+
+@dataclass(frozen=True, slots=True)
 class ChatRequest:
     model: str
     messages: tuple[Message, ...]
@@ -160,6 +171,8 @@ class ChatRequest:
     # reasoning_effort, ...). OpenAI-compatible providers forward them; others drop them.
     extra: Mapping[str, JSONValue] = field(default_factory=dict)
     passthrough: Passthrough | None = None
+    # Set for a forwarded endpoint (then `messages` is empty): see `Forward`.
+    forward: Forward | None = None
 
     def with_model(self, model: str) -> ChatRequest:
         # Most chains send the requested model name on, and `replace` rebuilds every field

@@ -9,6 +9,7 @@ from olp.ir.events import (
     Event,
     Finish,
     FinishReason,
+    RawBody,
     ReasoningDelta,
     TextDelta,
     ToolCallDelta,
@@ -29,6 +30,8 @@ class ChatResponse:
     # The thinking as blocks, with their seals (see `ReasoningDelta`); `reasoning` is its text.
     reasoning_parts: tuple[ReasoningPart, ...] = ()
     stop_sequence: str | None = None
+    # A forwarded endpoint's answer, as the upstream sent it (see `RawBody`).
+    raw: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -51,6 +54,7 @@ class ResponseBuilder:
     # Finished thinking blocks, and the pieces of the open one.
     blocks: list[ReasoningPart] = field(default_factory=list)
     open_block: list[str] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
 
     def add(self, event: Event) -> None:
         if isinstance(event, TextDelta):
@@ -69,6 +73,8 @@ class ResponseBuilder:
         elif isinstance(event, Finish):
             self.finish = event.reason
             self.stop_sequence = event.stop_sequence
+        elif isinstance(event, RawBody):
+            self.raw.append(event.data)
 
     def _reasoning(self, event: ReasoningDelta) -> None:
         if event.text:
@@ -108,4 +114,5 @@ class ResponseBuilder:
             usage=self.usage,
             reasoning_parts=tuple(blocks),
             stop_sequence=self.stop_sequence,
+            raw=b"".join(self.raw) if self.raw else None,
         )

@@ -53,6 +53,9 @@ class Capabilities:
     # Every answer's usage carries the provider's own cost figure (Claude Code's
     # `total_cost_usd`): its hops are priced without a price table (keys with a USD budget).
     reports_cost: bool = False
+    # The OpenAI endpoints it serves: "chat" always; "embeddings" and "completions" (the
+    # legacy one) are forwarded as they come to providers that speak them.
+    endpoints: frozenset[str] = frozenset({"chat"})
 
     def refusal(self, request: ChatRequest) -> str | None:
         """The request field this provider cannot honour (so must not answer), or None.
@@ -60,6 +63,9 @@ class Capabilities:
         Tools with `tool_choice: "none"` are honoured by any provider: the model may not
         call them, so leaving them out changes nothing.
         """
+        if request.forward is not None:
+            endpoint = request.forward.endpoint
+            return None if endpoint in self.endpoints else endpoint
         choice = request.tool_choice
         if request.tools and choice != "none":
             if not self.tools:

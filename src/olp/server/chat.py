@@ -175,8 +175,8 @@ def _cache_scope(
     request: ChatRequest,
 ) -> CacheScope | None:
     """The cache's part in this request, or None when the cache is off or bypassed."""
-    if not ex.live.config.cache.enabled:
-        return None
+    if not ex.live.config.cache.enabled or request.forward is not None:
+        return None  # (a forwarded body is not what a cache key describes)
     cache_control = req.header(b"cache-control")
     lookup = store = True
     if cache_control:

@@ -9,7 +9,7 @@ from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
 from olp.providers._http_provider import HttpProvider, post_for_events
 from olp.providers.base import Capabilities, HopContext
-from olp.providers.openai_http import translate
+from olp.providers.openai_http import forward, translate
 
 __all__ = ["DEFAULT_BASE_URL", "OpenAIHttpProvider"]
 
@@ -30,7 +30,10 @@ class OpenAIHttpProvider(HttpProvider):
         super().__init__(
             config,
             Capabilities(
-                streaming="token", max_concurrent=config.max_concurrent, cacheable=config.cacheable
+                streaming="token",
+                max_concurrent=config.max_concurrent,
+                cacheable=config.cacheable,
+                endpoints=frozenset({"chat", "embeddings", "completions"}),
             ),
             base_url=config.base_url or DEFAULT_BASE_URL,
             path="/chat/completions",
@@ -38,6 +41,14 @@ class OpenAIHttpProvider(HttpProvider):
         )
 
     def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        if request.forward is not None:
+            return post_for_events(
+                self.http,
+                self.base_url + forward.forward_path(request),
+                lambda: forward.forward_payload(request),
+                partial(forward.forward_events, self.name),
+                forward.ForwardStreamParser(self.name),
+            )
         return post_for_events(
             self.http,
             self.url,

@@ -159,8 +159,9 @@ class MessageStreamEncoder:
         if isinstance(event, Finish):
             self._finish = event
             return self._close()
-        self._usage = event
-        return b""
+        if isinstance(event, Usage):
+            self._usage = event
+        return b""  # (RawBody: only forwarded endpoints' answers carry it)
 
     def done(self) -> bytes:
         finish = self._finish or Finish("stop")

@@ -133,9 +133,10 @@ class ChunkEncoder:
             return self._delta({"reasoning_content": event.text}) if event.text else b""
         if isinstance(event, Finish):
             return self._finish(event)
-        # Usage: kept for done(), which sends it after the finish chunk as OpenAI does.
-        self._usage = event
-        return b""
+        if isinstance(event, Usage):
+            # Kept for done(), which sends it after the finish chunk as OpenAI does.
+            self._usage = event
+        return b""  # (RawBody: only forwarded endpoints' answers carry it)
 
     def start(self) -> bytes:
         return b""  # Chat Completions has no opening frame: the first chunk starts it
