@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -96,18 +97,21 @@ def tool_names(body: dict[str, Any]) -> list[str]:
 
 
 def claude_processes(real: RealCli) -> list[int]:
-    """Live (not zombie) processes running the real claude binary."""
+    """Live (not zombie) processes running the real claude binary that this test process
+    started (the OLP under test runs in a thread of it): other tests running at the same
+    time, in other workers, have their own."""
     target = str(real.command.resolve())
+    me = os.getpid()
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
         except OSError:
             continue
-        if state != "Z" and any(target.encode() in arg for arg in argv[:2]):
+        if state != "Z" and int(ppid) == me and any(target.encode() in arg for arg in argv[:2]):
             found.append(int(proc.name))
     return found
 
