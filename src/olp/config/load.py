@@ -337,6 +337,7 @@ def _cache(r: Reader, env: Mapping[str, str]) -> CacheConfig:
         max_entry_bytes=r.integer("max_entry_bytes", d.max_entry_bytes, lo=1),
         redis_url=_redis_url(r, env),
         redis_prefix=r.string("redis_prefix", d.redis_prefix),
+        serve_nondeterministic=r.boolean("serve_nondeterministic", d.serve_nondeterministic),
     )
     r.done()
     return cache

@@ -163,6 +163,9 @@ class CacheConfig:
     redis_url: str | None = None
     # Prefix of every Redis key OLP writes: two deployments sharing one Redis each get one.
     redis_prefix: str = "olp:"
+    # False: only deterministic requests (temperature 0, or a seed) are answered from the
+    # cache, so "regenerate" regenerates; True: every request may be (olp.cache.reuse).
+    serve_nondeterministic: bool = False
 
 
 @dataclass(frozen=True, slots=True)
