@@ -130,6 +130,9 @@ class ServerConfig:
     # A connection must complete its request headers within this time (from when it
     # opens, so an idle connection that never sends a request is closed after it).
     header_timeout_s: float = 30.0
+    # Web pages from these origins ("https://chat.example.com", or "*") may call OLP from a
+    # browser (CORS); none by default.
+    cors_origins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
