@@ -218,4 +218,4 @@ def _extra(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _unknown(obj: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in obj.items() if k not in _KNOWN and v is not None}
+    return {k: bounded(v, k) for k, v in obj.items() if k not in _KNOWN and v is not None}

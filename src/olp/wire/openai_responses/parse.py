@@ -47,8 +47,10 @@ from olp.wire.openai_chat._checks import (
     as_number,
     as_object,
     as_str,
+    bounded,
     invalid,
     kind,
+    model_name,
     show,
 )
 
@@ -89,9 +91,7 @@ def parse_responses_request(body: bytes) -> ChatRequest:
 
 def _request(obj: dict[str, Any]) -> ChatRequest:
     get = obj.get
-    model = get("model")
-    if type(model) is not str or not model:
-        raise invalid("model", "required (a non-empty string)")
+    model = model_name(get("model"))
     _refuse_stateful(obj)
     tools, custom = _tools(get("tools"))
     messages = (*_instructions(get("instructions")), *_input(get("input"), custom))
@@ -303,7 +303,7 @@ def _tools(value: object) -> tuple[tuple[Tool, ...], frozenset[str]]:
 def _function_tool(tool: dict[str, Any], path: str) -> Tool:
     name = _required_str(tool, "name", path)
     description = _opt(tool.get("description"), as_str, f"{path}.description")
-    parameters = _opt(tool.get("parameters"), as_object, f"{path}.parameters")
+    parameters = _opt(tool.get("parameters"), _json_object, f"{path}.parameters")
     strict = _opt(tool.get("strict"), as_bool, f"{path}.strict")
     return Tool(name, description, parameters, strict)
 
@@ -319,6 +319,11 @@ def _custom_tool(tool: dict[str, Any], path: str) -> Tool:
     }
     how = f"Put the tool's whole free-form input in the string argument `{CUSTOM_TOOL_ARGUMENT}`."
     return Tool(name, f"{description}\n\n{how}".strip(), parameters)
+
+
+def _json_object(value: object, path: str) -> dict[str, Any]:
+    """Free-form JSON passed on as it is, within the nesting limit."""
+    return bounded(as_object(value, path), path)
 
 
 def _tool_choice(value: object, tools: tuple[Tool, ...]) -> ToolChoice | None:
@@ -359,7 +364,7 @@ def _format(value: object) -> ResponseFormat | None:
         )
     name = _required_str(fmt, "name", "text.format")
     spec: dict[str, Any] = {"name": name}
-    spec["schema"] = as_object(fmt.get("schema"), "text.format.schema")
+    spec["schema"] = _json_object(fmt.get("schema"), "text.format.schema")
     for key, check in (("strict", as_bool), ("description", as_str)):
         if fmt.get(key) is not None:
             spec[key] = check(fmt[key], f"text.format.{key}")
@@ -377,7 +382,7 @@ def _extra(obj: dict[str, Any], text: dict[str, Any], reasoning: dict[str, Any])
         extra["verbosity"] = as_str(verbosity, "text.verbosity")
     metadata = obj.get("metadata")
     if metadata is not None:
-        extra["metadata"] = as_object(metadata, "metadata")
+        extra["metadata"] = _json_object(metadata, "metadata")
     tier = obj.get("service_tier")
     if tier is not None:
         extra["service_tier"] = as_str(tier, "service_tier")
