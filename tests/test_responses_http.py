@@ -46,9 +46,7 @@ def olp(tmp_path: Path, upstream: FakeUpstream, kind: str) -> Iterator[ThreadSer
 
 @pytest.fixture
 def client(olp: ThreadServer) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(
-        base_url=f"{olp.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0
-    ) as sdk:
+    with openai.OpenAI(base_url=f"{olp.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0) as sdk:
         yield sdk
 
 

@@ -321,7 +321,11 @@ def test_input_items_map_onto_messages() -> None:
             {"type": "custom_tool_call_output", "call_id": "c2", "output": "two"},
         ],
         "tool_choice": {"type": "function", "name": "f"},
-        "tools": [{"type": "function", "name": "f"}, {"type": "custom", "name": "apply_patch"}],
+        "tools": [
+            {"type": "function", "name": "f"},
+            {"type": "custom", "name": "apply_patch"},
+            {"type": "namespace", "name": "ns", "description": "d", "tools": []},
+        ],
     }
     request = DIALECT.parse(orjson.dumps(body))
     user, assistant, out1, out2 = request.messages
@@ -333,6 +337,7 @@ def test_input_items_map_onto_messages() -> None:
     assert json.loads(assistant.tool_calls[1].arguments) == {"input": "*** x"}
     assert (out1.tool_call_id, out2.tool_call_id) == ("c1", "c2")
     assert request.tool_choice == NamedToolChoice("f")
+    assert [t.name for t in request.tools] == ["f", "apply_patch"]  # no namespace groups
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,9 @@ onto the one IR:
 - `tools` holds function tools; a `custom` (free-form) tool, which Codex sends for
   `apply_patch`, becomes a function taking one string, `input`, and its calls come back
   as function calls; hosted tools (web_search, file_search, computer, ...) run at OpenAI
-  and are refused, naming the type;
+  and are refused, naming the type; `namespace` tool groups (Codex's sub-agent tools) are
+  left out, since a call into one must name its namespace, which no upstream's answer
+  carries;
 - `text.format` is the response format, `max_output_tokens` the token limit,
   `reasoning.effort` and `text.verbosity` pass through like their chat counterparts;
 - OLP keeps no responses: `previous_response_id`, `conversation` and `background` are
@@ -291,6 +293,8 @@ def _tools(value: object) -> tuple[tuple[Tool, ...], frozenset[str]]:
         elif ttype == "custom":
             tools.append(_custom_tool(tool, f"tools[{i}]"))
             custom.add(tools[-1].name)
+        elif ttype == "namespace":
+            continue  # see the module docstring
         else:
             raise invalid(
                 f"tools[{i}].type",
