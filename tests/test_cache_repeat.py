@@ -21,7 +21,7 @@ from fakes.upstream import FakeUpstream, Text
 from olp_server import OWNER_TOKEN, olp_server
 
 # Headers that differ between any two responses, hit or not.
-PER_REQUEST = {"x-olp-request-id", "x-olp-latency-ms", "content-length", "date"}
+PER_REQUEST = {"x-olp-request-id", "x-request-id", "x-olp-latency-ms", "content-length", "date"}
 
 
 def stable_headers(resp: httpx.Response) -> dict[str, str]:
