@@ -33,10 +33,11 @@ from olp.ir import (
     ToolCallDelta,
     Usage,
 )
+from olp.wire.dialect import Dialect
 from olp.wire.openai_responses import OpenAIResponses
 
 Answer = Callable[[ChatRequest], list[Event]]
-DIALECT = OpenAIResponses()
+DIALECT: Dialect = OpenAIResponses()  # (mypy checks it keeps to the contract)
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "codex"
 # The SDK's event models by their `type`, so a bad event fails against its own model.
 _EVENTS: dict[str, type[pydantic.BaseModel]] = {

@@ -50,6 +50,7 @@ from olp.server.status_api import management_status
 from olp.wire.anthropic_messages import error_body as anthropic_error_body
 from olp.wire.openai_chat import OpenAIChat, error_body
 from olp.wire.openai_forward import OpenAIForward
+from olp.wire.openai_responses import OpenAIResponses
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
 
@@ -62,6 +63,7 @@ Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
 _chat_completions = serve(OpenAIChat())
 _embeddings = serve(OpenAIForward("embeddings"))
 _completions = serve(OpenAIForward("completions"))
+_responses = serve(OpenAIResponses())
 _ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/chat/completions": {"POST": _chat_completions},
     "/chat/completions": {"POST": _chat_completions},
@@ -69,6 +71,8 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/embeddings": {"POST": _embeddings},
     "/v1/completions": {"POST": _completions},
     "/completions": {"POST": _completions},
+    "/v1/responses": {"POST": _responses},
+    "/responses": {"POST": _responses},
     "/v1/messages": {"POST": messages},
     "/v1/messages/count_tokens": {"POST": count_tokens},
     "/v1/models": {"GET": list_models},
@@ -280,7 +284,8 @@ def _route(method: str, path: str) -> Handler:
     if methods is None:
         raise NotFound(
             f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
-            "/v1/messages, /v1/embeddings, /v1/completions, /v1/models and /health."
+            "/v1/messages, /v1/responses, /v1/embeddings, /v1/completions, /v1/models and "
+            "/health."
         )
     handler = methods.get(method)
     if handler is None:
