@@ -93,7 +93,7 @@ def test_follower_joining_mid_stream_gets_the_whole_answer(
     mid_stream = threading.Event()
 
     def lead() -> None:
-        body = {"model": "m", "stream": True, "messages": QUESTION}
+        body = {"model": "m", "stream": True, "temperature": 0, "messages": QUESTION}
         url = f"{olp.base_url}/v1/chat/completions"
         with httpx.stream("POST", url, json=body, headers=AUTH, timeout=20) as reply:
             lines = []
