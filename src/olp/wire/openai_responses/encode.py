@@ -186,9 +186,9 @@ class ResponseStreamEncoder:
             return self._reasoning(event.text) if event.text else b""
         if isinstance(event, Finish):
             self._finish = event.reason
-        else:
+        elif isinstance(event, Usage):
             self._usage = event
-        return b""
+        return b""  # (RawBody: only forwarded endpoints' answers carry it)
 
     def done(self) -> bytes:
         frames = self._close_all()
