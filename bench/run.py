@@ -55,7 +55,10 @@ def olp_config(upstream_port: int, *, cache: bool = False, ledger: bool = True) 
         # Off unless a variant measures it: every `olp` request is identical, so with the
         # cache on OLP would answer from memory, and the run would measure cache hits,
         # not the proxying path.
-        "cache": {"enabled": cache},
+        # The request sets no temperature, so without `serve_nondeterministic` the cache
+        # would only store its answers (a sampled request regenerates): olp-hit measures
+        # answering from the cache.
+        "cache": {"enabled": cache, "serve_nondeterministic": True},
         "ledger": {"enabled": ledger},
         # A price, as a real deployment has for its models: the member key's USD budget
         # needs one (a budget fails closed on a model OLP cannot price), and every row

@@ -36,7 +36,13 @@ def config(up: FakeUpstream, **extra: Any) -> dict[str, Any]:
 
 
 def client(server: ThreadServer, key: str = OWNER_TOKEN) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=key, max_retries=0)
+    """An SDK client whose requests opt in to cached answers (they set no temperature)."""
+    return openai.OpenAI(
+        base_url=f"{server.base_url}/v1",
+        api_key=key,
+        max_retries=0,
+        default_headers={"x-olp-cache": "allow"},
+    )
 
 
 def ask(
@@ -51,7 +57,13 @@ def ask(
         f"{server.base_url}/v1/chat/completions",
         timeout=20,
         headers={"authorization": f"Bearer {key}", **(headers or {})},
-        json={"model": "m", "stream": stream, "messages": [{"role": "user", "content": content}]},
+        # Deterministic: only such requests are answered from the cache by default.
+        json={
+            "model": "m",
+            "stream": stream,
+            "temperature": 0,
+            "messages": [{"role": "user", "content": content}],
+        },
     )
 
 

@@ -149,6 +149,7 @@ def test_the_deepest_accepted_nesting_goes_through_every_stage(
     # Parsed, keyed for the cache, sent upstream, answered, and then a cache hit.
     body = {
         "model": "m",
+        "temperature": 0,
         "messages": USER,
         "tools": tool(nested(MAX_NESTING)),
         "response_format": schema(nested(MAX_NESTING)),

@@ -93,7 +93,7 @@ def test_follower_joining_mid_stream_gets_the_whole_answer(
     mid_stream = threading.Event()
 
     def lead() -> None:
-        body = {"model": "m", "stream": True, "messages": QUESTION}
+        body = {"model": "m", "stream": True, "temperature": 0, "messages": QUESTION}
         url = f"{olp.base_url}/v1/chat/completions"
         with httpx.stream("POST", url, json=body, headers=AUTH, timeout=20) as reply:
             lines = []
@@ -126,7 +126,9 @@ def cache_stats(server: ThreadServer) -> dict[str, Any]:
 
 def raw_stream_request(server: ThreadServer) -> socket.socket:
     """A streaming request on a bare socket, so the test can drop the connection."""
-    body = json.dumps({"model": "m", "stream": True, "messages": QUESTION}).encode()
+    body = json.dumps(
+        {"model": "m", "stream": True, "temperature": 0, "messages": QUESTION}
+    ).encode()
     raw = (
         f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer "
         f"{OWNER_TOKEN}\r\ncontent-type: application/json\r\ncontent-length: {len(body)}"

@@ -44,7 +44,9 @@ def client(server: ThreadServer) -> openai.OpenAI:
 def ask(server: ThreadServer) -> tuple[str | None, str]:
     """The answer's text, and its X-OLP-Cache."""
     with client(server) as sdk:
-        raw = sdk.chat.completions.with_raw_response.create(model="m", messages=QUESTION)
+        raw = sdk.chat.completions.with_raw_response.create(
+            model="m", messages=QUESTION, temperature=0
+        )
         return raw.parse().choices[0].message.content, raw.headers["x-olp-cache"]
 
 
@@ -52,7 +54,7 @@ def streamed(server: ThreadServer) -> tuple[list[str], str]:
     """The streamed answer's text chunks, and its X-OLP-Cache."""
     with client(server) as sdk:
         raw = sdk.chat.completions.with_raw_response.create(
-            model="m", messages=QUESTION, stream=True
+            model="m", messages=QUESTION, stream=True, temperature=0
         )
         chunks = [c.choices[0].delta.content for c in raw.parse() if c.choices]
         return [c for c in chunks if c], raw.headers["x-olp-cache"]

@@ -21,7 +21,7 @@ from fakes.upstream import FakeUpstream, Text
 from olp_server import OWNER_TOKEN, olp_server
 
 # Headers that differ between any two responses, hit or not.
-PER_REQUEST = {"x-olp-request-id", "x-olp-latency-ms", "content-length", "date"}
+PER_REQUEST = {"x-olp-request-id", "x-request-id", "x-olp-latency-ms", "content-length", "date"}
 
 
 def stable_headers(resp: httpx.Response) -> dict[str, str]:
@@ -69,7 +69,10 @@ def test_streamed_repeats_are_valid_sse_streams(tmp_path: Path, upstream: FakeUp
         for _ in range(4):
             chunks = list(
                 sdk.chat.completions.create(
-                    model="m", messages=[{"role": "user", "content": "What is 2+2?"}], stream=True
+                    model="m",
+                    messages=[{"role": "user", "content": "What is 2+2?"}],
+                    stream=True,
+                    temperature=0,
                 )
             )
             texts.append("".join(c.choices[0].delta.content or "" for c in chunks if c.choices))

@@ -35,7 +35,7 @@ def ask(server: ThreadServer, key: str, content: str, **headers: str) -> str:
         f"{server.base_url}/v1/chat/completions",
         timeout=20,
         headers={"authorization": f"Bearer {key}", **headers},
-        json={"model": "m", "messages": [{"role": "user", "content": content}]},
+        json={"model": "m", "temperature": 0, "messages": [{"role": "user", "content": content}]},
     )
     assert resp.status_code == 200, resp.text
     return resp.headers["x-olp-cache"]
@@ -68,7 +68,7 @@ def serve_some(tmp_path: Path, upstream: FakeUpstream) -> tuple[Path, str]:
         refused = httpx.post(
             f"{server.base_url}/v1/chat/completions",
             headers={"authorization": f"Bearer {member.secret}"},
-            json={"model": "m", "messages": [{"role": "user", "content": "one"}]},
+            json={"model": "m", "temperature": 0, "messages": [{"role": "user", "content": "one"}]},
         )
         assert refused.status_code == 429  # over its rpm: the cache never saw it
     return home, member.record.id

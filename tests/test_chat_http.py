@@ -266,7 +266,9 @@ def test_every_chat_response_has_olp_headers(olp: ThreadServer, upstream: FakeUp
             "x-olp-cache",
             "x-olp-latency-ms",
             "x-olp-request-id",
+            "x-request-id",
         ):
             assert name in resp.headers, (resp.status_code, name)
+        assert resp.headers["x-request-id"] == resp.headers["x-olp-request-id"]
     assert ok.headers["x-olp-provider-used"] == "up"
     assert bad.headers["x-olp-provider-used"] == "none"

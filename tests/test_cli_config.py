@@ -138,7 +138,10 @@ def test_config_check_prints_source_providers_and_chains(olp: Olp) -> None:
     assert "a running `olp start` applies this file within a second" in out
     # It names what a reload leaves for a restart, and only that (olp.server.reload).
     reload_note = " ".join(out[out.index("a running") :].split())
-    assert "except server.host, server.port, server.shutdown_grace_s, cache.enabled" in reload_note
+    assert (
+        "except server.host, server.port, server.shutdown_grace_s, server.cors_origins, "
+        "cache.enabled" in reload_note
+    )
     assert "ttl_s" not in reload_note and "ledger" not in reload_note
     assert SECRET not in out + proc.stderr
     assert_clean(proc)

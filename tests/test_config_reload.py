@@ -217,7 +217,7 @@ def test_server_and_cache_limits_apply_without_a_restart(
         }
 
     def ask(question: str) -> httpx.Response:
-        body = {"model": "m", "messages": [{"role": "user", "content": question}]}
+        body = {"model": "m", "temperature": 0, "messages": [{"role": "user", "content": question}]}
         url = f"{server.base_url}/v1/chat/completions"
         return httpx.post(url, json=body, headers=HEADERS, timeout=30)
 

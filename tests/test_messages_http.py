@@ -447,7 +447,13 @@ def test_a_repeat_is_served_from_the_cache_in_both_forms(
     client: anthropic.Anthropic, upstream: FakeUpstream
 ) -> None:
     upstream.script(Text("cached words", chunks=2))
-    asked: dict[str, Any] = {"model": "smart", "max_tokens": 20, "messages": ASK}
+    # Deterministic (temperature 0), as a cached answer must be (docs/cache.md).
+    asked: dict[str, Any] = {
+        "model": "smart",
+        "max_tokens": 20,
+        "messages": ASK,
+        "extra_body": {"temperature": 0},
+    }
     first = client.messages.with_raw_response.create(**asked)
     again = client.messages.with_raw_response.create(**asked)
     with client.messages.with_streaming_response.create(stream=True, **asked) as streamed:

@@ -46,9 +46,14 @@ def chat(
     content: str | None = None,
     stream: bool = False,
 ) -> httpx.Response:
-    """One chat request. Each gets different content unless told, so none is a cache hit."""
+    """One chat request. Each gets different content unless told, so none is a cache hit
+    (deterministic, at temperature 0, so that a repeated one is)."""
     text = content if content is not None else f"hi {uuid.uuid4().hex}"
-    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
+    body: dict[str, Any] = {
+        "model": model,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": text}],
+    }
     if stream:
         body["stream"] = True
     resp = httpx.post(

@@ -69,7 +69,9 @@ def test_live_answers_match_the_schemas(
     owner_health = get(olp, "/health").json()
     assert owner_health["providers"]
     check("Health", owner_health)
-    check("ModelList", get(olp, "/v1/models").json())
+    models = get(olp, "/v1/models").json()
+    check("ModelList", models)
+    check("Model", get(olp, f"/v1/models/{models['data'][0]['id']}").json())
     status = get(olp, "/v0/management/status").json()
     check("Status", status)
     for by in ("key", "provider", "model", "day"):

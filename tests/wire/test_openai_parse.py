@@ -123,7 +123,7 @@ def test_full_surface_request() -> None:
         "modalities": ["text"],
         "verbosity": "low",
         "web_search_options": {},
-        "some_future_field": {"ignored": True},
+        "some_future_field": {"kept": True},
     }
     req = parse_chat_request(orjson.dumps(body))
     assert req.messages == (
@@ -177,6 +177,8 @@ def test_full_surface_request() -> None:
         "verbosity": "low",
         "web_search_options": {},
     }
+    assert req.passthrough is not None
+    assert dict(req.passthrough.fields) == {"some_future_field": {"kept": True}}
 
 
 def test_explicit_nulls_mean_not_given() -> None:
@@ -190,8 +192,11 @@ def test_explicit_nulls_mean_not_given() -> None:
     assert req == parse()
 
 
-def test_unknown_top_level_keys_are_ignored() -> None:
-    assert parse(foo=1, bar={"x": [1]}, stream_mode="weird") == parse()
+def test_unknown_top_level_keys_pass_through_as_sent() -> None:
+    req = parse(foo=1, bar={"x": [1]}, stream_mode="weird")
+    assert req.passthrough is not None and req.passthrough.wire == "openai_chat"
+    assert dict(req.passthrough.fields) == {"foo": 1, "bar": {"x": [1]}, "stream_mode": "weird"}
+    assert req.extra == {}
 
 
 def test_max_tokens_alone_keeps_its_field_name() -> None:

@@ -104,6 +104,12 @@ def _from_file(path: Path, home: Path, env: Mapping[str, str]) -> Config:
         cache = _cache(root.child("cache"), env)
         ledger = _ledger(root.child("ledger"))
         pricing = _pricing(root)
+        if "*" in server.cors_origins and auth.allow_anonymous:
+            root.fail(
+                "server.cors_origins",
+                "'*' lets every web page call OLP, allowed only when keys are required "
+                "(auth.allow_anonymous is true): name the origins instead",
+            )
         root.done()
     return Config(
         home=home,
@@ -129,9 +135,29 @@ def _server(r: Reader) -> ServerConfig:
         shutdown_grace_s=r.number("shutdown_grace_s", d.shutdown_grace_s, lo=0),
         max_header_bytes=r.integer("max_header_bytes", d.max_header_bytes, lo=1024),
         header_timeout_s=r.number("header_timeout_s", d.header_timeout_s, lo=0.1),
+        cors_origins=_cors_origins(r),
     )
     r.done()
     return server
+
+
+def _cors_origins(r: Reader) -> tuple[str, ...]:
+    origins = r.str_list("cors_origins")
+    for i, origin in enumerate(origins):
+        if origin == "*":
+            continue
+        parts = urlsplit(origin)
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.netloc
+            or origin != (f"{parts.scheme}://{parts.netloc}")
+        ):
+            r.fail(
+                f"{r.sub('cors_origins')}[{i}]",
+                f"must be an origin such as 'https://chat.example.com' (scheme, host and "
+                f"optional port, no path or trailing slash) or '*' (got {origin!r})",
+            )
+    return origins
 
 
 def _auth(r: Reader) -> AuthConfig:
@@ -337,6 +363,7 @@ def _cache(r: Reader, env: Mapping[str, str]) -> CacheConfig:
         max_entry_bytes=r.integer("max_entry_bytes", d.max_entry_bytes, lo=1),
         redis_url=_redis_url(r, env),
         redis_prefix=r.string("redis_prefix", d.redis_prefix),
+        serve_nondeterministic=r.boolean("serve_nondeterministic", d.serve_nondeterministic),
     )
     r.done()
     return cache

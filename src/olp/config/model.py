@@ -130,6 +130,9 @@ class ServerConfig:
     # A connection must complete its request headers within this time (from when it
     # opens, so an idle connection that never sends a request is closed after it).
     header_timeout_s: float = 30.0
+    # Web pages from these origins ("https://chat.example.com", or "*") may call OLP from a
+    # browser (CORS); none by default.
+    cors_origins: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +166,9 @@ class CacheConfig:
     redis_url: str | None = None
     # Prefix of every Redis key OLP writes: two deployments sharing one Redis each get one.
     redis_prefix: str = "olp:"
+    # False: only deterministic requests (temperature 0, or a seed) are answered from the
+    # cache, so "regenerate" regenerates; True: every request may be (olp.cache.reuse).
+    serve_nondeterministic: bool = False
 
 
 @dataclass(frozen=True, slots=True)

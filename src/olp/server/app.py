@@ -33,6 +33,7 @@ from olp.server.asgi import Receive, Request, Scope, Send, send_bytes
 from olp.server.cache_api import CacheControlPoller, cache_stats, clear_cache
 from olp.server.chat import serve
 from olp.server.context import AppContext, Snapshot
+from olp.server.cors import CorsMiddleware
 from olp.server.dashboard_api import dashboard_data
 from olp.server.dashboard_page import ASSETS as DASHBOARD_ASSETS
 from olp.server.dashboard_page import dashboard_asset
@@ -44,11 +45,12 @@ from olp.server.observers import limit_usage, record_usage, window_usage
 from olp.server.quota_api import quota_status
 from olp.server.quota_sync import QuotaSync
 from olp.server.reload import ConfigReloader, warn_soft_triggers
-from olp.server.routes import health, list_models
+from olp.server.routes import MODEL_PREFIXES, health, list_models, retrieve_model
 from olp.server.status_api import management_status
 from olp.wire.anthropic_messages import error_body as anthropic_error_body
 from olp.wire.openai_chat import OpenAIChat, error_body
 from olp.wire.openai_forward import OpenAIForward
+from olp.wire.openai_responses import OpenAIResponses
 
 __all__ = ["OLPApp", "create_app", "default_authenticator"]
 
@@ -61,6 +63,7 @@ Handler = Callable[[AppContext, Request, Send], Awaitable[None]]
 _chat_completions = serve(OpenAIChat())
 _embeddings = serve(OpenAIForward("embeddings"))
 _completions = serve(OpenAIForward("completions"))
+_responses = serve(OpenAIResponses())
 _ROUTES: dict[str, dict[str, Handler]] = {
     "/v1/chat/completions": {"POST": _chat_completions},
     "/chat/completions": {"POST": _chat_completions},
@@ -68,6 +71,8 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/embeddings": {"POST": _embeddings},
     "/v1/completions": {"POST": _completions},
     "/completions": {"POST": _completions},
+    "/v1/responses": {"POST": _responses},
+    "/responses": {"POST": _responses},
     "/v1/messages": {"POST": messages},
     "/v1/messages/count_tokens": {"POST": count_tokens},
     "/v1/models": {"GET": list_models},
@@ -82,6 +87,9 @@ _ROUTES: dict[str, dict[str, Handler]] = {
     "/metrics": {"GET": metrics_endpoint},
     **{path: {"GET": dashboard_asset} for path in DASHBOARD_ASSETS},
 }
+
+
+_MODEL: dict[str, Handler] = {"GET": retrieve_model}
 
 
 def default_authenticator(config: Config, clock: Clock = time.time) -> Authenticator:
@@ -172,6 +180,8 @@ class OLPApp:
         self._background: list[asyncio.Task[None]] = []
         self._requests: set[asyncio.Task[Any]] = set()  # in flight, for a clean shutdown
         self._reloader: ConfigReloader | None = None
+        origins = ctx.config.server.cors_origins  # (a restart applies a change)
+        self._serve_http = CorsMiddleware(self._http, origins) if origins else self._http
 
     def watch_config(self, load: Callable[[], Config], loaded: Config) -> None:
         """Reload config.json when it changes or on SIGHUP (`olp start`; see server.reload).
@@ -183,7 +193,7 @@ class OLPApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
-            await self._http(scope, receive, send)
+            await self._serve_http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
 
@@ -269,10 +279,13 @@ def _on_sighup(handler: Callable[[], None] | None) -> None:
 
 def _route(method: str, path: str) -> Handler:
     methods = _ROUTES.get(path.rstrip("/") or "/")
+    if methods is None and path.startswith(MODEL_PREFIXES) and not path.endswith("/"):
+        methods = _MODEL
     if methods is None:
         raise NotFound(
             f"Route {method} {path} not found. OLP serves /v1/chat/completions, "
-            "/v1/messages, /v1/embeddings, /v1/completions, /v1/models and /health."
+            "/v1/messages, /v1/responses, /v1/embeddings, /v1/completions, /v1/models and "
+            "/health."
         )
     handler = methods.get(method)
     if handler is None:

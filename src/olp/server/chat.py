@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from olp.accounts import Identity
 from olp.cache import CacheHop, ResponseCache, cache_policy, request_fingerprint
+from olp.cache.reuse import OPT_IN_HEADER, may_reuse
 from olp.engine import CacheScope, Chain, HopGate, HopSource, Served
 from olp.errors import ChainFailed, OLPError, ShuttingDown, UnsupportedMediaType
 from olp.ir import ChatRequest, ChatResponse, Event, Finish, ResponseBuilder, Usage
@@ -174,8 +175,13 @@ def _cache_scope(
     body: bytes,
     request: ChatRequest,
 ) -> CacheScope | None:
-    """The cache's part in this request, or None when the cache is off or bypassed."""
-    if not ex.live.config.cache.enabled or request.forward is not None:
+    """The cache's part in this request, or None when the cache is off or bypassed.
+
+    A request that may not be answered from the cache (olp.cache.reuse: not deterministic
+    and not opted in) only stores its answer.
+    """
+    cache = ex.live.config.cache
+    if not cache.enabled or request.forward is not None:
         return None  # (a forwarded body is not what a cache key describes)
     cache_control = req.header(b"cache-control")
     lookup = store = True
@@ -183,6 +189,8 @@ def _cache_scope(
         lookup, store = cache_policy(cache_control.decode("latin-1"))
         if not store:
             return None
+    opt_in = req.header(OPT_IN_HEADER)
+    lookup = lookup and may_reuse(request, cache.serve_nondeterministic, opt_in)
     return CacheScope(
         ex.ctx.cache,
         identity.key_id,

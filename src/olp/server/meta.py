@@ -56,6 +56,7 @@ class ResponseMeta:
     def headers(self, auth: AuthConfig, err: OLPError | None = None) -> list[tuple[bytes, bytes]]:
         values = [
             (b"x-olp-request-id", self.request_id),
+            (b"x-request-id", self.request_id),  # what the OpenAI SDKs read
             (b"x-olp-provider-used", self.provider),
             (b"x-olp-model-used", self.model),
             (b"x-olp-fallback-hops", str(self.hops)),

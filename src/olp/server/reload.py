@@ -64,7 +64,7 @@ LIVE_FIELDS: Mapping[str, frozenset[str]] = {
             "header_timeout_s",
         }
     ),
-    "cache": RELOADABLE,
+    "cache": RELOADABLE | {"serve_nondeterministic"},  # (read per request)
     "ledger": frozenset({"enabled", "retention_days"}),
 }
 _SECTIONS: Mapping[str, type] = {

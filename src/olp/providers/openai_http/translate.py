@@ -32,6 +32,7 @@ from olp.ir import (
 )
 from olp.providers._http_errors import error_from_payload
 from olp.providers._lenient import count, items, json_text, obj, text, usd
+from olp.wire.openai_chat.parse import WIRE
 from olp.wire.sse import SSEMessage
 
 __all__ = [
@@ -85,6 +86,11 @@ def build_payload(request: ChatRequest) -> dict[str, Any]:
     # Interpreted fields win over a same-named extra: the wire layer parsed those itself.
     for key, value in request.extra.items():
         body.setdefault(key, value)
+    passthrough = request.passthrough
+    if passthrough is not None and passthrough.wire == WIRE:
+        # Fields a Chat Completions client sent that OLP does not know (vLLM's `top_k`, …).
+        for key, value in passthrough.fields.items():
+            body.setdefault(key, value)
     return body
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from olp.errors import OLPError
 from olp.ir import ChatRequest, ChatResponse
 from olp.wire.openai_chat.encode import ChunkEncoder, completion_body, error_body
-from olp.wire.openai_chat.parse import parse_chat_request
+from olp.wire.openai_chat.parse import WIRE, parse_chat_request
 
 __all__ = ["OpenAIChat"]
 
@@ -13,7 +13,7 @@ __all__ = ["OpenAIChat"]
 class OpenAIChat:
     """Chat Completions: `chat.completion` objects, `chat.completion.chunk` SSE, OpenAI errors."""
 
-    name = "openai_chat"
+    name = WIRE
 
     def parse(self, body: bytes) -> ChatRequest:
         return parse_chat_request(body)

@@ -4,8 +4,10 @@ This runs for every request, so it is hand-written: direct type checks, no schem
 error paths built only when failing. Rules a caller may notice:
 
 - an explicit `null` means "not given", for every optional field;
-- unknown top-level keys are ignored (clients send odd things); known pass-through options
-  are type-checked and kept in `ChatRequest.extra`;
+- known pass-through options are type-checked and kept in `ChatRequest.extra`; unknown
+  top-level keys (a server's own sampling options: vLLM's `top_k`, `min_p`,
+  `repetition_penalty`, `chat_template_kwargs`, ...) are kept as they came in
+  `ChatRequest.passthrough`, for the OpenAI-compatible upstreams that may understand them;
 - `stop: []` means no stop sequences; a `""` stop string is dropped likewise;
 - `include_usage` is True only for a streaming request that asked for it;
 - with both `max_tokens` and `max_completion_tokens`, the latter wins (both are checked).
@@ -19,7 +21,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 
 from olp.errors import InvalidRequest
-from olp.ir import ChatRequest, ResponseFormat
+from olp.ir import ChatRequest, Passthrough, ResponseFormat
 from olp.wire.openai_chat._checks import (
     as_bool,
     as_int,
@@ -34,7 +36,9 @@ from olp.wire.openai_chat._checks import (
 from olp.wire.openai_chat._messages import parse_messages
 from olp.wire.openai_chat._tools import parse_response_format, parse_tool_choice, parse_tools
 
-__all__ = ["parse_chat_request"]
+__all__ = ["WIRE", "parse_chat_request"]
+
+WIRE = "openai_chat"  # the `Passthrough.wire` of this wire's unknown fields
 
 _MAX_STOP = 4
 # A signed 64-bit integer, as OpenAI's API defines `seed`.
@@ -56,8 +60,8 @@ def _request(obj: dict[str, Any]) -> ChatRequest:
     get = obj.get
     model = model_name(get("model"))
     messages = parse_messages(get("messages"))
-    if _OPTIONAL.isdisjoint(obj):
-        # The most common request: nothing else to check, and the defaults are right.
+    if len(obj) == 2:
+        # The most common request, just `model` and `messages`: the defaults are right.
         return ChatRequest(model=model, messages=messages)
     _check_n(get("n"))
     tools = parse_tools(get("tools"), get("functions"))
@@ -81,6 +85,7 @@ def _request(obj: dict[str, Any]) -> ChatRequest:
         seed=_opt(get("seed"), _seed, "seed"),
         user=_opt(get("user"), as_str, "user"),
         extra=_extra(obj),
+        passthrough=_unknown(obj),
     )
 
 
@@ -200,6 +205,10 @@ _OPTIONAL = frozenset(
 ).union(_EXTRA_KEYS)
 
 
+# Every key `_request` interprets; any other one is passed through (`_unknown`).
+_KNOWN = _OPTIONAL.union({"model", "messages"})
+
+
 def _extra(obj: dict[str, Any]) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if _EXTRA_KEYS.isdisjoint(obj):
@@ -209,3 +218,8 @@ def _extra(obj: dict[str, Any]) -> dict[str, Any]:
         if value is not None:
             extra[key] = bounded(check(value, key), key)
     return extra
+
+
+def _unknown(obj: dict[str, Any]) -> Passthrough | None:
+    fields = {k: bounded(v, k) for k, v in obj.items() if k not in _KNOWN and v is not None}
+    return Passthrough(WIRE, fields) if fields else None
