@@ -1,4 +1,5 @@
-"""A fast OpenAI-compatible upstream: fixed answers, encoded once at start.
+"""A fast upstream: fixed answers, encoded once at start, in OpenAI's Chat Completions
+format and in Anthropic's Messages format (for the claude CLI, `bench.cli_warm`).
 
 Its cost per request is part of every measurement (it shares the cores with the proxy), so
 a request does only what is unavoidable: read the body and parse it to learn `stream`.
@@ -32,6 +33,8 @@ class Answers:
     stream: tuple[bytes, ...]
     stream_with_usage: tuple[bytes, ...]
     models: bytes
+    message: bytes  # Anthropic Messages, whole
+    message_stream: tuple[bytes, ...]  # Anthropic Messages, streamed
 
 
 def _chunk(delta: dict[str, object], finish: str | None = None) -> dict[str, object]:
@@ -72,12 +75,65 @@ def build_answers(chunks: int) -> Answers:
     usage = {**_chunk({}), "choices": [], "usage": _USAGE}
     done = b"data: [DONE]\n\n"
     models = {"object": "list", "data": [{"id": _MODEL, "object": "model", "owned_by": "bench"}]}
+    message, message_stream = _anthropic(words)
     return Answers(
         completion=orjson.dumps(completion),
         stream=(*events, done),
         stream_with_usage=(*events, _event(usage), done),
         models=orjson.dumps(models),
+        message=message,
+        message_stream=message_stream,
     )
+
+
+def _named(name: str, payload: object) -> bytes:
+    return b"event: " + name.encode() + b"\n" + _event(payload)
+
+
+def _anthropic(words: list[str]) -> tuple[bytes, tuple[bytes, ...]]:
+    usage = {"input_tokens": 9, "output_tokens": len(words)}
+    message = {
+        "id": "msg_bench",
+        "type": "message",
+        "role": "assistant",
+        "model": _MODEL,
+        "content": [{"type": "text", "text": "".join(words)}],
+        "stop_reason": "end_turn",
+        "stop_sequence": None,
+        "usage": usage,
+    }
+    start = {**message, "content": [], "stop_reason": None, "usage": {**usage, "output_tokens": 1}}
+    events = [
+        _named("message_start", {"type": "message_start", "message": start}),
+        _named(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        ),
+    ]
+    for word in words:
+        delta = {"type": "text_delta", "text": word}
+        events.append(
+            _named(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+        )
+    events += [
+        _named("content_block_stop", {"type": "content_block_stop", "index": 0}),
+        _named(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": len(words)},
+            },
+        ),
+        _named("message_stop", {"type": "message_stop"}),
+    ]
+    return orjson.dumps(message), tuple(events)
 
 
 def create_app(answers: Answers) -> web.Application:
@@ -98,11 +154,26 @@ def create_app(answers: Answers) -> web.Application:
         await resp.write_eof()
         return resp
 
+    async def messages(request: web.Request) -> web.StreamResponse:
+        try:
+            body = orjson.loads(await request.read())
+        except orjson.JSONDecodeError:
+            return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        if not isinstance(body, dict) or body.get("stream") is not True:
+            return web.Response(body=answers.message, content_type="application/json")
+        resp = web.StreamResponse(headers=_SSE_HEADERS)
+        await resp.prepare(request)
+        for event in answers.message_stream:
+            await resp.write(event)
+        await resp.write_eof()
+        return resp
+
     async def models(_: web.Request) -> web.Response:
         return web.Response(body=answers.models, content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
+    app.router.add_post("/v1/messages", messages)
     app.router.add_get("/v1/models", models)
     return app
 

@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 
 from olp.accounts import KeyLimits
 
+from bench import cli_warm
 from bench.cells import Cell, RunInfo
 from bench.issue_lines import MEMBER, MEMBER_BASE, MISS, MISS_BASE
 from bench.loadgen import LoadResult
@@ -339,6 +340,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--procs", type=int, default=1, help="load generator processes")
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
+    parser.add_argument(
+        "--cli",
+        action="store_true",
+        help="measure the CLI section instead: time to first token through the real claude "
+        "CLI, cold and warm (bench/cli_warm.py; with --quick, its quick run)",
+    )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md")
     parser.add_argument("--raw-dir", type=Path, default=REPO / "bench" / "results")
     parser.add_argument(
@@ -375,6 +382,9 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     args = parse_args(argv)
+    if args.cli:
+        cli_warm.main(["--quick"] if args.quick else [])
+        return
     if args.from_raw is not None:
         _publish(args.out, render(*_read_raw(args.from_raw)))
         return

@@ -251,6 +251,10 @@ INVALID: dict[str, tuple[Any, list[str]]] = {
         ["providers.alpha.type: unknown provider type 'warp-drive'", "types OLP knows"],
     ),
     "bad_env_port": ({}, ["OLP_PORT: must be a port number"]),
+    "too_many_warm": (
+        {"providers": {"c": {"type": "claude-cli", "warm": 500}}},
+        ["providers.c.warm: must be"],
+    ),
 }
 
 

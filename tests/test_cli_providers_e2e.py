@@ -324,9 +324,14 @@ def test_the_child_gets_argv_stdin_env_cwd_and_home_and_nothing_else(
     [run] = rig.runs()
     meta = json.loads((FIXTURES / "claude" / "success_stream_json_partial.meta.json").read_text())
     expected = meta["argv"][1:]
-    expected[-1] = "Be terse."
+    at = expected.index("--system-prompt")
+    del expected[at : at + 2]  # the system prompt comes on stdin (initialize)
+    at = expected.index("--model")
+    expected[at:at] = ["--input-format", "stream-json"]
     assert run["argv"] == expected
-    assert run["stdin"] == "What is 2+2?"
+    init, user = (json.loads(line) for line in run["stdin"].splitlines())
+    assert init["request"] == {"subtype": "initialize", "systemPrompt": "Be terse."}
+    assert user["message"]["content"] == [{"type": "text", "text": "What is 2+2?"}]
     assert "get_weather" not in json.dumps(run["argv"]) + run["stdin"]
     env = run["env"]
     for leaked in ("OLP_OWNER_TOKEN", "OPENAI_API_KEY", "OLP_HOME"):

@@ -70,7 +70,9 @@ def beta() -> Iterator[FakeUpstream]:
 def config(claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream) -> dict[str, Any]:
     """Chain `chat`: the real CLI, then `beta`; chain `solo`: the real CLI alone."""
     env = {"ANTHROPIC_BASE_URL": upstream.base_url, "ANTHROPIC_API_KEY": "sk-ant-fake"}
-    conf = real_cli_config("claude", claude, env, beta, provider={"consent": True})
+    # No process started ahead: `no_claude_left` checks that a run's CLI is gone.
+    provider = {"consent": True, "warm": 0}
+    conf = real_cli_config("claude", claude, env, beta, provider=provider)
     conf["routing"]["chains"]["solo"] = [{"provider": "real", "model": claude.model}]
     return conf
 

@@ -27,6 +27,7 @@ from olp.ir import (
     Usage,
 )
 from olp.providers._claude_stream import RateLimitInfo
+from olp.providers._subprocess import CliInvocation
 from olp.providers.claude_cli import plugin
 from olp.providers.claude_cli.translate import (
     DEFAULT_SYSTEM_PROMPT,
@@ -260,6 +261,27 @@ def request(*messages: Message, **kw: Any) -> ChatRequest:
     return ChatRequest(model="claude-sonnet-4-5", messages=messages, **kw)
 
 
+def stdin_lines(inv: CliInvocation) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The `initialize` control request and the user message the CLI reads."""
+    init, user = (json.loads(line) for line in inv.stdin.decode().splitlines())
+    return init, user
+
+
+def system_of(inv: CliInvocation) -> str:
+    init, _ = stdin_lines(inv)
+    assert init["type"] == "control_request" and init["request"]["subtype"] == "initialize"
+    system: str = init["request"]["systemPrompt"]
+    return system
+
+
+def prompt_of(inv: CliInvocation) -> str:
+    _, user = stdin_lines(inv)
+    assert user["type"] == "user" and user["message"]["role"] == "user"
+    [block] = user["message"]["content"]
+    text: str = block["text"]
+    return text
+
+
 def test_invocation_matches_the_recommended_one() -> None:
     inv = build_invocation(
         request(Message("system", "Be terse."), Message("user", "What is 2+2?")),
@@ -267,9 +289,15 @@ def test_invocation_matches_the_recommended_one() -> None:
     )
     captured = json.loads((CAPTURES / "success_stream_json_partial.meta.json").read_text())
     expected = captured["argv"][1:]
-    expected[expected.index("You are a terse assistant.")] = "Be terse."
+    # The system prompt goes on stdin (initialize), read with the conversation.
+    at = expected.index("--system-prompt")
+    del expected[at : at + 2]
+    at = expected.index("--model")
+    expected[at:at] = ["--input-format", "stream-json"]
     assert list(inv.args) == expected
-    assert inv.stdin == b"What is 2+2?"
+    assert system_of(inv) == "Be terse."
+    assert prompt_of(inv) == "What is 2+2?"
+    assert inv.waits_for_prompt
     assert inv.env == {
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_TELEMETRY": "1",
@@ -283,6 +311,17 @@ def test_invocation_matches_the_recommended_one() -> None:
     assert inv.home_files == {}
 
 
+def test_system_prompts_share_one_warm_key() -> None:
+    """Only the model and the honoured options start a process differently."""
+    a = build_invocation(request(Message("system", "A"), Message("user", "x")), Timeouts())
+    b = build_invocation(request(Message("user", "y")), Timeouts())
+    other_model = build_invocation(
+        ChatRequest(model="claude-opus-4-1", messages=(Message("user", "y"),)), Timeouts()
+    )
+    assert a.warm_key() == b.warm_key()
+    assert a.warm_key() != other_model.warm_key()
+
+
 def test_invocation_options_passed_through_env() -> None:
     inv = build_invocation(
         request(Message("user", "hi"), max_tokens=300, extra={"reasoning_effort": "high"}),
@@ -290,7 +329,7 @@ def test_invocation_options_passed_through_env() -> None:
     )
     assert inv.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] == "300"
     assert inv.env["MAX_THINKING_TOKENS"] == "31999"
-    assert inv.args[-1] == DEFAULT_SYSTEM_PROMPT
+    assert system_of(inv) == DEFAULT_SYSTEM_PROMPT
     assert "hi" not in inv.args
 
 
@@ -303,7 +342,7 @@ def test_json_schema_goes_to_the_clis_own_option_with_one_retry_turn() -> None:
     args = list(inv.args)
     assert args[args.index("--json-schema") + 1] == '{"type":"object","required":["n"]}'
     assert args[args.index("--max-turns") + 1] == "2"
-    assert args[args.index("--system-prompt") + 1] == DEFAULT_SYSTEM_PROMPT  # no instruction
+    assert system_of(inv) == DEFAULT_SYSTEM_PROMPT  # no instruction
 
 
 def test_json_object_is_any_object() -> None:
@@ -358,12 +397,12 @@ def test_out_of_turns_after_a_schema_complaint_says_what_was_wrong() -> None:
     )
 
 
-def test_huge_system_prompt_moves_to_stdin() -> None:
+def test_huge_system_prompt_is_never_in_argv() -> None:
     big = "rule. " * 40_000
     inv = build_invocation(request(Message("system", big), Message("user", "hi")), Timeouts())
-    assert inv.args[-1] == DEFAULT_SYSTEM_PROMPT
-    assert inv.stdin.startswith(b"<system>\n" + big.encode())
-    assert inv.stdin.endswith(b"hi")
+    assert big not in " ".join(inv.args)
+    assert system_of(inv) == big
+    assert prompt_of(inv) == "hi"
 
 
 def test_plugin_declares_what_it_drops() -> None:

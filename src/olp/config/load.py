@@ -46,6 +46,8 @@ __all__ = ["SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+# Each waiting CLI holds 100-300 MB: more than this is a typo, not a plan.
+_MAX_WARM = 32
 _REDIS_SCHEMES = ("redis", "rediss", "unix")
 SOFT_TRIGGER_KEYS = (
     "daily_request_count_threshold",
@@ -212,6 +214,7 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
         api_key=env.get(api_key_env) if api_key_env else None,
         headers=r.str_map("headers"),
         command=r.string("command", None),
+        warm=r.integer("warm", 0, lo=0, hi=_MAX_WARM) if r.has("warm") else None,
         env=_child_env(r, env),
         consent=r.boolean("consent", False),
         billing=cast(Any, r.string("billing", None, choices=("metered", "subscription"))),

@@ -77,6 +77,8 @@ class ProviderConfig:
     # CLI providers.
     command: str | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # Processes started ahead, waiting for their prompt; None: the CLI's own default.
+    warm: int | None = None
     # Filled by the loader, not from the file: the owner's home (where CLI credentials
     # live) and the few variables of OLP's own environment a child may inherit
     # (PATH, locale, TLS trust) — nothing else of OLP's environment reaches a child.

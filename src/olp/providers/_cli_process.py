@@ -10,6 +10,9 @@ line, "requesting" status lines, heartbeats) before and while its upstream works
 only `answered(n)` — called by whoever translates the lines, with the count of lines that
 were part of the answer or a classified error — ends the first-byte wait and restarts the
 idle clock, each time that count grows.
+
+A process may be started ahead of its request (the warm pool, `_warm_pool`): it is made
+with `stdin=None` and waits until `begin(prompt)`, from which its deadlines count.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ _CHUNK = 64 * 1024
 # How often `wait()` re-checks the exit status when a grandchild still holds the pipes
 # open (asyncio only reports the exit once every pipe has closed).
 _EXIT_POLL_S = 0.05
+# The same for a process waiting for its prompt, which may wait for minutes.
+_WAITING_POLL_S = 1.0
 
 
 # A classifier for one stderr line: the error it means, or None.
@@ -60,7 +65,7 @@ class CliProcess:
         runner: ProcessOwner,
         proc: asyncio.subprocess.Process,
         home: Path,
-        stdin: bytes,
+        stdin: bytes | None,
         started: float,
         *,
         keep_stdin_open: bool = False,
@@ -89,10 +94,27 @@ class CliProcess:
         self._stderr_failure: ProviderError | None = None
         self._terminated = False
         self._keep_stdin_open = keep_stdin_open
-        self._tasks = (
-            asyncio.create_task(self._feed(stdin)),
-            asyncio.create_task(self._drain_stderr()),
-        )
+        self.started_ahead = stdin is None
+        # Called once with the seconds from the start (or the prompt) to the first content
+        # delivered (`content_delivered`).
+        self.on_first_content: Callable[[float], None] | None = None
+        self._content_at: float | None = None
+        self._drainer = asyncio.create_task(self._drain_stderr())
+        self._feeder: asyncio.Task[None] | None = None
+        if stdin is not None:
+            self._feeder = asyncio.create_task(self._feed(stdin))
+
+    def begin(self, stdin: bytes) -> None:
+        """Write the prompt to a process started ahead; its deadlines count from now."""
+        if self._feeder is not None:
+            raise RuntimeError("this process already has its prompt")
+        self._started = time.monotonic()
+        self._feeder = asyncio.create_task(self._feed(stdin))
+
+    @property
+    def waiting(self) -> bool:
+        """Started ahead and still waiting for its prompt (`begin`)."""
+        return self._feeder is None
 
     # -- reading -----------------------------------------------------------------------
 
@@ -128,6 +150,15 @@ class CliProcess:
             self._answer_lines = answer_lines
             self._answered_at = time.monotonic()
 
+    def content_delivered(self) -> None:
+        """The first piece of the answer's content has gone to the client (called by
+        whoever yields the events): timed, and the runner may now start what would have
+        competed with it for the CPU (the warm pool's replacement). Once per process."""
+        if self._content_at is None:
+            self._content_at = time.monotonic()
+            if self.on_first_content is not None:
+                self.on_first_content(self._content_at - self._started)
+
     def watch_stderr(self, check: StderrCheck) -> None:
         """Give each stderr line to `check` as it comes; the first error it returns ends
         the read (`lines()` raises it), for a CLI whose retry notices reach only stderr."""
@@ -150,7 +181,7 @@ class CliProcess:
             raise self._timeout("closed its output but did not exit", self._idle_s, "idle")
         # Let the stderr reader take what the child wrote last (bounded: a grandchild
         # may hold the pipe open).
-        await asyncio.wait({self._tasks[1]}, timeout=0.2)  # never drops a cancel
+        await asyncio.wait({self._drainer}, timeout=0.2)  # never drops a cancel
         return status
 
     def stderr_tail(self) -> str:
@@ -224,7 +255,8 @@ class CliProcess:
         """
         stdin = self._proc.stdin
         assert stdin is not None
-        await asyncio.shield(self._tasks[0])
+        assert self._feeder is not None, "send() before begin()"
+        await asyncio.shield(self._feeder)
         if stdin.is_closing():
             return False
         try:
@@ -264,6 +296,22 @@ class CliProcess:
             if not waiter.done():
                 waiter.cancel()
 
+    async def exited_within(self, seconds: float) -> bool:
+        """Whether the child exits within `seconds` (a waiting process: slow polling, as
+        it may wait for minutes)."""
+        deadline = time.monotonic() + seconds
+        waiter = asyncio.ensure_future(self._proc.wait())
+        try:
+            while self._proc.returncode is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                await asyncio.wait({waiter}, timeout=min(left, _WAITING_POLL_S))
+            return True
+        finally:
+            if not waiter.done():
+                waiter.cancel()
+
     async def terminate(self) -> None:
         """SIGTERM the process group, SIGKILL it after the grace, reap. Idempotent."""
         if self._terminated:
@@ -280,8 +328,9 @@ class CliProcess:
         finally:
             # Synchronous, so a second cancellation cannot skip it.
             _killpg(self.pid, signal.SIGKILL)
-            for task in self._tasks:
-                task.cancel()
+            for task in (self._feeder, self._drainer):
+                if task is not None:
+                    task.cancel()
         if await self._exit_status(time.monotonic() + grace) is None:
             log.warning("cli_unreaped", provider=self._runner.provider, pid=self.pid)
         _close_transport(self._proc)

@@ -7,8 +7,8 @@
 
 A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in common (no
 client tools unless the CLI bridges them, no sampling, JSON mode as an instruction, the
-runner's concurrency), reports no quota unless the provider overrides `quota()`, and
-kills its children in `aclose()`.
+runner's concurrency), reports no quota unless the provider overrides `quota()`, stops its
+waiting processes (the warm pool) in `retire()` and kills its children in `aclose()`.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -44,7 +44,9 @@ class CliProvider:
         *,
         default_command: str,
         install_hint: str,
+        warm_default: int = 0,
     ) -> None:
+        """`warm_default`: processes kept waiting when the config does not say (`warm`)."""
         self.name = config.name
         self._config = config
         self._install_hint = install_hint
@@ -53,6 +55,7 @@ class CliProvider:
             config,
             default_command=default_command,
             install_hint=install_hint,
+            warm=config.warm if config.warm is not None else warm_default,
         )
 
     @property
@@ -156,6 +159,9 @@ class CliProvider:
 
     def quota(self) -> QuotaSnapshot | None:
         return None
+
+    async def retire(self) -> None:
+        await self._runner.retire()
 
     async def aclose(self) -> None:
         await self._runner.aclose()

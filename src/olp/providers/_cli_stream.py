@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from olp.errors import Failure, ProviderError
-from olp.ir import Event, Finish, Usage
+from olp.ir import Event, Finish, Usage, is_content
 from olp.observability import event_logger
 from olp.providers._subprocess import CliInvocation, CliRunner
 
@@ -91,6 +91,8 @@ async def stream_cli(
             proc.answered(translator.answer_lines)
             for event in events:
                 yield event
+                if is_content(event):
+                    proc.content_delivered()
             if translator.done:
                 break
         status = None if translator.done else await proc.wait()

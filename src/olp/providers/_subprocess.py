@@ -20,17 +20,29 @@ What it guarantees, so providers stay pure translation:
   cancellation, timeout, `aclose()` at shutdown) sends SIGTERM to the whole group, then
   SIGKILL after a short grace, and reaps it; the private directory is removed;
 - at most `max_concurrent` children per provider, with a short bounded wait queue
-  (`Failure.CONCURRENCY_LIMIT` when it is full).
+  (`Failure.CONCURRENCY_LIMIT` when it is full);
+- with `warm` > 0, an invocation that `waits_for_prompt` is served by a process started
+  ahead when one of its key waits (`_warm_pool`); either way a replacement starts once the
+  first content of the answer went to the client (`CliProcess.content_delivered`) or the
+  run ended, so a starting CLI does not take the cores from the one the client waits for.
+  Waiting processes do not count against `max_concurrent`;
+- on Linux every child gets SIGKILL when OLP dies, even by SIGKILL (parent-death signal).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import signal
+import statistics
+import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Hashable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cache
 
 from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
@@ -38,6 +50,8 @@ from olp.observability import event_logger
 from olp.providers._cli_limits import Slots
 from olp.providers._cli_process import CliProcess
 from olp.providers._sandbox import Sandbox, child_env, resolve_binary
+from olp.providers._warm_pool import DEFAULT_MAX_IDLE_S, WarmChild, WarmPool
+from olp.providers.base import WarmStats
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",
@@ -74,6 +88,19 @@ class CliInvocation:
     # show the upstream's first byte or a stall, so only `total_ms` applies and the CLI's
     # own upstream timeouts (set by its provider) bound the rest.
     prints_whole_messages: bool = False
+    # The child reads its prompt (`stdin`) before it does anything that depends on the
+    # request, so it can be started ahead and given the prompt later (the warm pool).
+    waits_for_prompt: bool = False
+
+    def warm_key(self) -> Hashable:
+        """Everything fixed when the child starts: all but `stdin`, mappings sorted."""
+        parts: list[object] = []
+        for f in fields(self):
+            if f.name == "stdin":
+                continue
+            value = getattr(self, f.name)
+            parts.append(tuple(sorted(value.items())) if isinstance(value, Mapping) else value)
+        return tuple(parts)
 
 
 class CliRunner:
@@ -89,6 +116,8 @@ class CliRunner:
         queue_size: int = 8,
         install_hint: str | None = None,
         kill_grace_s: float = KILL_GRACE_S,
+        warm: int = 0,
+        warm_max_idle_s: float = DEFAULT_MAX_IDLE_S,
     ) -> None:
         self.provider = provider
         self.config = config
@@ -99,6 +128,21 @@ class CliRunner:
         self._slots = Slots(config.max_concurrent or DEFAULT_MAX_CONCURRENT, queue_size)
         self._live: set[CliProcess] = set()
         self._closed = False
+        self._pool: WarmPool[CliInvocation] | None = None
+        if warm > 0:
+            self._pool = WarmPool(
+                provider,
+                warm,
+                start=self._start_waiting,
+                stop=self._stop_waiting,
+                stamp=self._credentials_stamp,
+                max_idle_s=warm_max_idle_s,
+            )
+        # Seconds to a child's first content delivered: from its start (cold) or its prompt.
+        self._first_content: dict[bool, deque[float]] = {
+            False: deque(maxlen=_SAMPLES),
+            True: deque(maxlen=_SAMPLES),
+        }
 
     @property
     def active(self) -> int:
@@ -108,6 +152,23 @@ class CliRunner:
     @property
     def max_concurrent(self) -> int:
         return self._slots.limit
+
+    @property
+    def warm(self) -> WarmStats | None:
+        """The warm pool's figures (status page, metrics); None without a pool."""
+        pool = self._pool
+        if pool is None:
+            return None
+        return WarmStats(
+            size=pool.size,
+            waiting=pool.waiting,
+            starting=pool.starting,
+            serving=self.active,
+            hits=pool.hits,
+            misses=pool.misses,
+            cold_start_ms_p50=_p50_ms(self._first_content[False]),
+            warm_start_ms_p50=_p50_ms(self._first_content[True]),
+        )
 
     def child_path(self) -> str | None:
         """The PATH a child gets (the owner's `env.PATH` wins over OLP's own)."""
@@ -129,11 +190,16 @@ class CliRunner:
     def spawn(self, invocation: CliInvocation) -> AbstractAsyncContextManager[CliProcess]:
         return self._spawn(invocation)
 
+    async def retire(self) -> None:
+        """Stop the waiting processes and start no more; running children go on."""
+        if self._pool is not None:
+            await self._pool.aclose()
+
     async def aclose(self) -> None:
-        """Kill every live child (OLP is shutting down); later spawns fail."""
+        """Kill every live and waiting child (OLP is shutting down); later spawns fail."""
         self._closed = True
         live = list(self._live)
-        await asyncio.gather(*(p.terminate() for p in live), return_exceptions=True)
+        await asyncio.gather(self.retire(), *(p.terminate() for p in live), return_exceptions=True)
 
     @asynccontextmanager
     async def _spawn(self, invocation: CliInvocation) -> AsyncIterator[CliProcess]:
@@ -149,20 +215,90 @@ class CliRunner:
         wait_s = self.config.timeouts.first_byte_ms / 1000
         await self._slots.acquire(wait_s, self._full)
         try:
-            box = Sandbox.create(self.provider, self.config.inherited_env.get("TMPDIR"))
+            pool = self._pool if invocation.waits_for_prompt else None
+            warm = pool.take(invocation.warm_key(), invocation) if pool is not None else None
+            box = warm.box if warm is not None else self._new_sandbox()
             try:
-                env = self._prepare(box, invocation)
-                process = await self._exec(command, invocation, box, env)
+                if warm is not None:
+                    process = warm.process
+                    process.begin(invocation.stdin)
+                else:
+                    env = self._prepare(box, invocation)
+                    process = await self._exec(command, invocation, box, env, invocation.stdin)
+                refill = self._refill_once(pool, invocation)
+                if pool is not None:  # a request that could use the pool (not `--version`)
+                    process.on_first_content = self._on_first_content(process, refill)
                 self._live.add(process)
                 try:
                     yield process
                 finally:
                     self._live.discard(process)
                     await process.terminate()
+                    refill()
             finally:
                 box.remove()
         finally:
             self._slots.release()
+
+    def _new_sandbox(self) -> Sandbox:
+        return Sandbox.create(self.provider, self.config.inherited_env.get("TMPDIR"))
+
+    def _refill_once(
+        self, pool: WarmPool[CliInvocation] | None, invocation: CliInvocation
+    ) -> Callable[[], None]:
+        done = pool is None or self._closed
+
+        def refill() -> None:
+            nonlocal done
+            if not done and pool is not None:
+                done = True
+                pool.refill(invocation.warm_key(), invocation)
+
+        return refill
+
+    def _on_first_content(
+        self, process: CliProcess, refill: Callable[[], None]
+    ) -> Callable[[float], None]:
+        def first_content(seconds: float) -> None:
+            self._first_content[process.started_ahead].append(seconds)
+            refill()
+
+        return first_content
+
+    async def _start_waiting(self, invocation: CliInvocation) -> WarmChild:
+        """A child of `invocation` started ahead, waiting for its prompt."""
+        command = self.resolve_command()
+        if command is None:
+            raise self.not_found()
+        stamp = self._credentials_stamp(invocation)
+        box = self._new_sandbox()
+        try:
+            env = self._prepare(box, invocation)
+            process = await self._exec(command, invocation, box, env, None)
+        except BaseException:
+            box.remove()
+            raise
+        return WarmChild(process, box, stamp)
+
+    @staticmethod
+    async def _stop_waiting(child: WarmChild) -> None:
+        try:
+            await child.process.terminate()
+        finally:
+            child.box.remove()
+
+    def _credentials_stamp(self, invocation: CliInvocation) -> Hashable:
+        """The owner's credential files' modification times (None: absent)."""
+        home = self.config.user_home
+        if home is None:
+            return ()
+        stamp: list[int | None] = []
+        for source, _ in invocation.credentials:
+            try:
+                stamp.append((home / source).stat().st_mtime_ns)
+            except (OSError, ValueError):
+                stamp.append(None)
+        return tuple(stamp)
 
     def _full(self, waited_s: float | None) -> ProviderError:
         why = (
@@ -190,8 +326,14 @@ class CliRunner:
         return child_env(self.config, box, invocation.env)
 
     async def _exec(
-        self, command: str, invocation: CliInvocation, box: Sandbox, env: dict[str, str]
+        self,
+        command: str,
+        invocation: CliInvocation,
+        box: Sandbox,
+        env: dict[str, str],
+        stdin: bytes | None,
     ) -> CliProcess:
+        """Start the child; `stdin` None: it waits for `CliProcess.begin(prompt)`."""
         started = time.monotonic()
         try:
             proc = await asyncio.create_subprocess_exec(
@@ -203,6 +345,7 @@ class CliRunner:
                 cwd=box.work,
                 env=env,
                 start_new_session=True,
+                preexec_fn=_die_with_parent(),
             )
         except FileNotFoundError as exc:
             raise self.not_found() from exc
@@ -215,9 +358,46 @@ class CliRunner:
             self,
             proc,
             box.home,
-            invocation.stdin,
+            stdin,
             started,
             keep_stdin_open=invocation.keep_stdin_open,
             whole_messages=invocation.prints_whole_messages,
             work=box.work,
         )
+
+
+_SAMPLES = 64
+
+
+def _p50_ms(samples: deque[float]) -> float | None:
+    return round(statistics.median(samples) * 1000, 1) if samples else None
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """What the child runs before exec so the kernel kills it when OLP dies (Linux)."""
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent = os.getpid()
+
+    def set_parent_death_signal() -> None:
+        # Only a call prepared before the fork: nothing here may take a lock.
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent:  # OLP died before the signal was set
+            os._exit(1)
+
+    return set_parent_death_signal
+
+
+@cache
+def _prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return prctl

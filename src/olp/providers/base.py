@@ -26,6 +26,8 @@ __all__ = [
     "ProviderHealth",
     "ProviderPlugin",
     "QuotaSnapshot",
+    "Retirable",
+    "WarmStats",
 ]
 
 
@@ -112,6 +114,22 @@ class QuotaSnapshot:
     extra: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True, slots=True)
+class WarmStats:
+    """A CLI provider's processes started ahead of their requests (the warm pool)."""
+
+    size: int  # the `warm` setting: most processes waiting at once
+    waiting: int  # started, waiting for a prompt
+    starting: int  # being started for the pool
+    serving: int  # children serving a request now (warm or not)
+    hits: int  # requests served by a waiting process
+    misses: int  # requests that could have been but found none, and started one
+    # Median ms to the answer's first content: from the start of a child started for its
+    # request, and from the prompt of a waiting one.
+    cold_start_ms_p50: float | None
+    warm_start_ms_p50: float | None
+
+
 @runtime_checkable
 class Provider(Protocol):
     name: str
@@ -136,6 +154,17 @@ class Provider(Protocol):
 
     async def aclose(self) -> None:
         """Release pooled connections and child processes."""
+        ...
+
+
+@runtime_checkable
+class Retirable(Protocol):
+    """A provider that keeps something only future requests would use (processes
+    started ahead): a config reload that replaces it calls `retire()` at once, and
+    `aclose()` only once the requests already on it are done."""
+
+    async def retire(self) -> None:
+        """Let go of what only new requests would use; requests in flight go on."""
         ...
 
 

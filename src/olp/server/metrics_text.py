@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from olp.server.context import AppContext
 from olp.server.dashboard_api import cache_panel
@@ -126,6 +127,7 @@ def _providers(out: _Text, ctx: AppContext) -> None:
     out.labelled(
         "olp_cli_active_spawns", "gauge", "CLI child processes running.", "provider", spawns
     )
+    _warm(out, entries)
     out.labelled(
         "olp_provider_queued_requests_total",
         "counter",
@@ -154,6 +156,31 @@ def _providers(out: _Text, ctx: AppContext) -> None:
     )
     for window, value in _quota_rows(ctx):
         out.sample("olp_quota_utilisation_ratio", window, value)
+
+
+# (metric, type, help, field of the status page's `warm` entry)
+_WARM_METRICS = (
+    ("olp_cli_warm_waiting", "gauge", "CLI processes started ahead, waiting for a prompt.",
+     "waiting"),
+    ("olp_cli_warm_size", "gauge", "Most CLI processes kept waiting (the warm setting).", "size"),
+    ("olp_cli_warm_hits_total", "counter", "Requests served by a waiting CLI process.", "hits"),
+    ("olp_cli_warm_misses_total", "counter",
+     "Requests that found no waiting CLI process and started one.", "misses"),
+    ("olp_cli_cold_start_ms", "gauge",
+     "Median ms from starting a CLI for a request to the first content of its answer.",
+     "cold_start_ms_p50"),
+    ("olp_cli_warm_start_ms", "gauge",
+     "Median ms from giving a waiting CLI its prompt to the first content of its answer.",
+     "warm_start_ms_p50"),
+)  # fmt: skip
+
+
+def _warm(out: _Text, entries: list[dict[str, Any]]) -> None:
+    """The warm pools (CLI providers that keep one); a median not yet known is left out."""
+    pools = {e["name"]: e["warm"] for e in entries if e["warm"] is not None}
+    for name, kind, help_text, key in _WARM_METRICS:
+        values = {p: stats[key] for p, stats in pools.items() if stats[key] is not None}
+        out.labelled(name, kind, help_text, "provider", values)
 
 
 def _queued(ctx: AppContext) -> dict[str, float]:

@@ -12,7 +12,8 @@ A provider whose entry did not change keeps its object, with its connection pool
 child processes and its quota signals; cooldowns and quota counters are kept by name for
 every provider. A provider removed or changed is retired: requests already using it
 finish on it, and it is closed once the longest of them is past its deadline
-(`timeouts.total_ms`), or when the server stops.
+(`timeouts.total_ms`), or when the server stops; what only new requests would use (CLI
+processes started ahead) goes at once (`Retirable.retire()`).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from olp.config import CacheConfig, Config, LedgerConfig, ServerConfig
 from olp.engine import Router
 from olp.errors import ConfigError
 from olp.observability import event_logger
-from olp.providers.base import Provider
+from olp.providers.base import Provider, Retirable
 from olp.providers.loader import build_providers
 from olp.quota import soft_trigger_warnings
 from olp.server.context import AppContext, Snapshot
@@ -249,6 +250,8 @@ class ConfigReloader:
             old = before.providers.get(name)
             total_s = (old.timeouts.total_ms if old is not None else 600_000) / 1000
             self._retired[id(provider)] = provider
+            if isinstance(provider, Retirable):
+                self._spawn(provider.retire())
             self._spawn(self._close_later(name, provider, total_s + _RETIRE_GRACE_S))
         return reloaded
 

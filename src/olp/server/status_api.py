@@ -8,12 +8,13 @@ endpoints; counters count since OLP started.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 import orjson
 
-from olp.providers.base import Provider
+from olp.providers.base import Provider, WarmStats
 from olp.quota import ProviderQuota
 from olp.server.asgi import Request, Send, send_bytes
 from olp.server.context import AppContext
@@ -82,6 +83,7 @@ def provider_entry(ctx: AppContext, name: str, now: float) -> dict[str, Any]:
         "health": health,
         "active_spawns": active,
         "max_concurrent": limit,
+        "warm": _warm(provider),
         "cooldowns": [
             {
                 "model": c.model,
@@ -125,6 +127,12 @@ def _spawns(provider: Provider | None) -> tuple[int | None, int | None]:
         return None, provider.capabilities.max_concurrent
     limit = getattr(runner, "max_concurrent", None)
     return active, limit if isinstance(limit, int) else provider.capabilities.max_concurrent
+
+
+def _warm(provider: Provider | None) -> dict[str, Any] | None:
+    """The warm pool of a CLI provider that keeps one (duck-typed like `_spawns`)."""
+    stats = getattr(getattr(provider, "runner", None), "warm", None)
+    return dataclasses.asdict(stats) if isinstance(stats, WarmStats) else None
 
 
 def _human(seconds: float) -> str:

@@ -25,7 +25,10 @@ class ClaudeCliProvider(CliProvider):
 
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(
-            config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
+            config,
+            default_command=translate.DEFAULT_COMMAND,
+            install_hint=translate.INSTALL_HINT,
+            warm_default=translate.WARM_DEFAULT,
         )
         # Subscription runs report the rolling 5-hour window (rate_limit_event).
         self.capabilities = self._capabilities(

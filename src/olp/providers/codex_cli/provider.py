@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
-from olp.ir import ChatRequest, Event
+from olp.ir import ChatRequest, Event, is_content
 from olp.providers._cli_provider import CliProvider
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._subprocess import CliInvocation
@@ -52,6 +52,8 @@ class CodexCliProvider(CliProvider):
                     proc.answered(turn.answer_lines)
                     for event in events:
                         yield event
+                        if is_content(event):
+                            proc.content_delivered()
                     if turn.done:
                         return
                 status = await proc.wait()
@@ -77,6 +79,9 @@ class CodexCliProvider(CliProvider):
             env={"NO_COLOR": "1", "RUST_LOG": "warn"},
             home_files=translate.home_files(config, system or None),
             credentials=credentials,
+            # The server reads nothing of the request before its JSON-RPC opening: it can
+            # be started ahead (off by default: `warm` 0, see docs/providers.md).
+            waits_for_prompt=True,
         )
 
     async def health(self) -> ProviderHealth:

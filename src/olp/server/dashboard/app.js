@@ -211,7 +211,18 @@
       fact("errors", num(p.errors), "errors"),
       fact("today", q ? num(q.requests_today) : "–", "today"),
       fact("spawns", spawns, "spawns")));
+    if (p.warm) card.append(warmFacts(p.warm));
     return card;
+  }
+
+  // CLI processes started ahead: how many wait, how often a request found one, and what
+  // that saves (from a cold start, or from the prompt, to the answer's first content).
+  function warmFacts(w) {
+    return el("dl", { class: "facts small warm" },
+      fact("warm", `${num(w.waiting)}/${num(w.size)} waiting`, "warm-waiting"),
+      fact("warm hits", `${num(w.hits)} of ${num(w.hits + w.misses)}`, "warm-hits"),
+      fact("cold start", ms(w.cold_start_ms_p50), "warm-cold"),
+      fact("warm start", ms(w.warm_start_ms_p50), "warm-start"));
   }
 
   // Each pool: which member its next request takes, and every member's window.

@@ -1,0 +1,378 @@
+"""The warm pool of `CliRunner` against real tiny executables (Python scripts in a tmp dir):
+a process started ahead serves one request and is replaced, keys never mix, the
+deadlines count from the prompt, and nothing is left behind (tests/test_real_claude_warm.py
+does the same with the real claude CLI)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from olp.config import load_config
+from olp.config.model import ProviderConfig
+from olp.errors import Failure, ProviderError
+from olp.providers._subprocess import CliInvocation, CliRunner
+
+PY_BIN = str(Path(sys.executable).parent)
+
+# Reads its whole prompt, then says who it is and what it got.
+ECHO = """#!/usr/bin/env python3
+import json, os, sys, time
+born = time.monotonic()
+data = sys.stdin.buffer.read()
+print(json.dumps({"pid": os.getpid(), "stdin": data.decode(), "home": os.environ["HOME"],
+                  "waited_s": time.monotonic() - born}), flush=True)
+"""
+
+
+@pytest.fixture
+def owner_home(tmp_path: Path) -> Path:
+    home = tmp_path / "owner-home"
+    (home / ".claude").mkdir(parents=True)
+    (home / ".claude" / ".credentials.json").write_text('{"token": "owner"}')
+    return home
+
+
+@pytest.fixture
+def make_config(tmp_path: Path, owner_home: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("HOME", str(owner_home))
+    monkeypatch.setenv("OLP_HOME", str(tmp_path / "olp"))
+    boxes = tmp_path / "boxes"
+    boxes.mkdir()
+    monkeypatch.setenv("TMPDIR", str(boxes))
+
+    def make(script: str = ECHO, **provider: Any) -> ProviderConfig:
+        path = tmp_path / "cli"
+        path.write_text(script)
+        path.chmod(0o755)
+        conf = {
+            "type": "claude-cli",
+            "command": str(path),
+            "env": {"PATH": f"{PY_BIN}:{os.environ['PATH']}"},
+            "timeouts": {"first_byte_ms": 5000, "idle_ms": 5000, "total_ms": 20000},
+            **provider,
+        }
+        (tmp_path / "olp").mkdir(exist_ok=True)
+        (tmp_path / "olp" / "config.json").write_bytes(orjson.dumps({"providers": {"cli": conf}}))
+        return load_config().providers["cli"]
+
+    return make
+
+
+def poolable(prompt: str, key: str = "a") -> CliInvocation:
+    return CliInvocation(
+        args=("--key", key),
+        stdin=prompt.encode(),
+        credentials=((".claude/.credentials.json", ".claude/.credentials.json"),),
+        waits_for_prompt=True,
+    )
+
+
+async def ask(runner: CliRunner, invocation: CliInvocation) -> dict[str, Any]:
+    async with runner.spawn(invocation) as proc:
+        lines: list[bytes] = []
+        async for line in proc.lines():
+            lines.append(line)
+            proc.answered(len(lines))  # as a translation does: every line is the answer
+            proc.content_delivered()  # as stream_cli does once it yielded content
+        [line] = lines
+        assert await proc.wait() == 0
+    answer: dict[str, Any] = json.loads(line)
+    return answer
+
+
+async def until(predicate: Callable[[], bool], within_s: float = 10.0) -> None:
+    deadline = time.monotonic() + within_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.01)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def waiting_pids(boxes: Path) -> set[int]:
+    """Processes whose working directory is a sandbox under `boxes`."""
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if os.readlink(entry / "cwd").startswith(str(boxes) + os.sep):
+                    pids.add(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+def make_runner(config: ProviderConfig, warm: int, **kw: Any) -> CliRunner:
+    return CliRunner("cli", config, default_command="fake-cli", warm=warm, **kw)
+
+
+def test_a_waiting_process_serves_one_request_and_is_replaced(
+    make_config: Any, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        try:
+            first = await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [ahead] = waiting_pids(tmp_path / "boxes")
+            second = await ask(runner, poolable("two"))
+            assert second["pid"] == ahead != first["pid"]
+            assert second["stdin"] == "two"  # its own prompt, and nothing before it
+            assert second["home"] != first["home"]  # a sandbox of its own
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            third = await ask(runner, poolable("three"))
+            assert third["pid"] not in (first["pid"], second["pid"])  # never reused
+            stats = runner.warm
+            assert stats is not None
+            assert (stats.hits, stats.misses, stats.size) == (2, 1, 1)
+            assert stats.cold_start_ms_p50 is not None and stats.warm_start_ms_p50 is not None
+        finally:
+            await runner.aclose()
+        assert waiting_pids(tmp_path / "boxes") == set()
+        assert list((tmp_path / "boxes").iterdir()) == []
+
+    asyncio.run(main())
+
+
+def test_one_key_in_use_fills_the_pool(make_config: Any, tmp_path: Path) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=3)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 3)
+            assert len(waiting_pids(tmp_path / "boxes")) == 3
+            # Two at once: both are served by waiting processes.
+            answers = await asyncio.gather(ask(runner, poolable("2")), ask(runner, poolable("3")))
+            assert {a["stdin"] for a in answers} == {"2", "3"}
+            assert runner.warm is not None and runner.warm.hits == 2
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 3)
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_invocation_that_cannot_wait_never_uses_the_pool(make_config: Any) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        try:
+            plain = CliInvocation(args=("--key", "a"), stdin=b"x")
+            await ask(runner, plain)
+            await asyncio.sleep(0.3)
+            assert runner.warm is not None
+            assert (runner.warm.waiting, runner.warm.starting, runner.warm.misses) == (0, 0, 0)
+            assert runner.warm.cold_start_ms_p50 is None  # not a request the pool could serve
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_the_first_byte_deadline_counts_from_the_prompt(make_config: Any) -> None:
+    config = make_config(timeouts={"first_byte_ms": 800, "idle_ms": 800, "total_ms": 20000})
+
+    async def main() -> None:
+        runner = make_runner(config, warm=1)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            await asyncio.sleep(1.2)  # longer than first_byte_ms, waiting
+            answer = await ask(runner, poolable("two"))
+            assert answer["stdin"] == "two" and answer["waited_s"] > 1.0
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_waiting_processes_do_not_count_against_max_concurrent(make_config: Any) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(max_concurrent=1), warm=2)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 2)
+            assert runner.active == 0
+            answer = await ask(runner, poolable("three"))  # a slot, though two wait
+            assert answer["stdin"] == "three"
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_full_pool_makes_room_for_a_key_asked_for_again(make_config: Any, tmp_path: Path) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        try:
+            await ask(runner, poolable("one", key="a"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [a] = waiting_pids(tmp_path / "boxes")
+            await ask(runner, poolable("once", key="b"))  # a one-off key pushes nothing out
+            await asyncio.sleep(0.3)
+            assert waiting_pids(tmp_path / "boxes") == {a}
+            await ask(runner, poolable("two", key="b"))  # asked again: b's replaces a's
+            await until(lambda: not alive(a))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [b] = waiting_pids(tmp_path / "boxes")
+            assert (await ask(runner, poolable("three", key="b")))["pid"] == b
+            assert runner.warm is not None and runner.warm.hits == 1
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_changed_credentials_retire_a_waiting_process(
+    make_config: Any, owner_home: Path, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [stale] = waiting_pids(tmp_path / "boxes")
+            credentials = owner_home / ".claude" / ".credentials.json"
+            later = credentials.stat().st_mtime + 5
+            os.utime(credentials, (later, later))  # the CLI refreshed the owner's token
+            answer = await ask(runner, poolable("two"))
+            assert answer["pid"] != stale and answer["stdin"] == "two"
+            await until(lambda: not alive(stale))
+            assert runner.warm is not None and runner.warm.misses == 2
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_an_idle_process_is_recycled(make_config: Any, tmp_path: Path) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1, warm_max_idle_s=0.5)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [old] = waiting_pids(tmp_path / "boxes")
+            await until(lambda: not alive(old))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            assert waiting_pids(tmp_path / "boxes") - {old}
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_process_that_dies_waiting_is_dropped_not_restarted(
+    make_config: Any, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [pid] = waiting_pids(tmp_path / "boxes")
+            os.kill(pid, signal.SIGKILL)
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 0)
+            await asyncio.sleep(0.3)
+            assert runner.warm is not None and runner.warm.starting == 0
+            assert list((tmp_path / "boxes").iterdir()) == []  # its sandbox went too
+            assert (await ask(runner, poolable("two")))["stdin"] == "two"  # cold
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_retire_stops_the_waiting_but_not_the_serving(make_config: Any, tmp_path: Path) -> None:
+    slow = ECHO.replace("data = sys.stdin", "time.sleep(0.5)\ndata = sys.stdin")
+
+    async def main() -> None:
+        runner = make_runner(make_config(slow), warm=2)
+        try:
+            await ask(runner, poolable("one"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 2)
+            serving = asyncio.create_task(ask(runner, poolable("two")))
+            await until(lambda: runner.active == 1)
+            await runner.retire()
+            assert runner.warm is not None and runner.warm.waiting == 0
+            assert (await serving)["stdin"] == "two"  # the request on it finished
+            await asyncio.sleep(0.3)
+            assert runner.warm.waiting == runner.warm.starting == 0  # nothing new started
+            assert waiting_pids(tmp_path / "boxes") == set()
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_spawn_on_a_closed_runner_fails_and_starts_nothing(make_config: Any) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        await runner.aclose()
+        with pytest.raises(ProviderError) as info:
+            await ask(runner, poolable("x"))
+        assert info.value.failure is Failure.SPAWN_FAILED
+        assert runner.warm is not None and runner.warm.starting == 0
+
+    asyncio.run(main())
+
+
+# A CLI that never reads its stdin nor exits on its own, under a runner in a process of its
+# own that is then killed with SIGKILL: no cleanup of OLP's can run, the kernel's
+# parent-death signal must take the child along.
+_KILLED_PARENT = """
+import asyncio, sys
+from olp.config import load_config
+from olp.providers._subprocess import CliInvocation, CliRunner
+
+async def main():
+    runner = CliRunner("cli", load_config().providers["cli"], default_command="x")
+    async with runner.spawn(CliInvocation(args=())) as proc:
+        print(proc.pid, flush=True)
+        await asyncio.sleep(60)
+
+if sys.argv[1] == "uvloop":
+    import uvloop
+    uvloop.install()
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_child_dies_with_olp_even_by_sigkill(make_config: Any, loop: str) -> None:
+    make_config("#!/bin/sh\nexec sleep 60\n")
+    parent = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_PARENT, loop], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        assert alive(child)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 5
+        while alive(child) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not alive(child)
+    finally:
+        parent.kill()
+        parent.wait()
+        if parent.stdout is not None:
+            parent.stdout.close()
