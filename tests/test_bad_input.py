@@ -271,9 +271,28 @@ def test_stalled_body_gets_408(tmp_path: Path, upstream: FakeUpstream) -> None:
             b"content-type: application/json\r\ncontent-length: 100\r\n"
             b"authorization: Bearer " + OWNER_TOKEN.encode() + b"\r\n\r\n{"
         )
-        reply = sock.recv(65536)
+        reply = _until_body(sock)
     assert reply.startswith(b"HTTP/1.1 408")
     assert b"request_timeout" in reply
+
+
+def _until_body(sock: socket.socket) -> bytes:
+    """An HTTP answer's head and its whole body (the head and body may arrive apart)."""
+    reply = b""
+    while b"\r\n\r\n" not in reply or len(reply.partition(b"\r\n\r\n")[2]) < _length(reply):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        reply += chunk
+    return reply
+
+
+def _length(reply: bytes) -> int:
+    for line in reply.partition(b"\r\n\r\n")[0].split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return int(value)
+    return 0
 
 
 def test_any_body_gets_an_answer_or_a_named_error(
