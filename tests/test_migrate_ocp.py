@@ -154,6 +154,7 @@ def test_migration_keeps_keys_working_and_ocp_untouched(
     unit.write_text(
         "[Service]\nEnvironment=CLAUDE_PROXY_PORT=3456\nEnvironment=CLAUDE_TIMEOUT=120000\n"
         'Environment="CLAUDE_MAX_CONCURRENT=3"\n'
+        'Environment="CLAUDE_SYSTEM_PROMPT=Answer in French."\n'
     )
     env = {"OLP_HOME": str(olp_home), "HOME": str(user_home)}
     before = snapshot(ocp)
@@ -172,6 +173,7 @@ def test_migration_keeps_keys_working_and_ocp_untouched(
     assert added == {
         "type": "claude-cli",
         "max_concurrent": 3,
+        "system_prompt": "Answer in French.",
         "timeouts": {"total_ms": 120000, "first_byte_ms": 60000, "idle_ms": 60000},
     }
     assert snapshot(ocp) == before  # OCP's files, byte for byte

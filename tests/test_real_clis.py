@@ -256,3 +256,18 @@ def test_qwen_hanging_upstream_falls_back_after_first_byte_ms(
     assert "first-byte timeout" in hop["message"]
     assert took < 60  # first_byte_ms, far from idle_ms
     assert len(model_requests(upstream)) == 1
+
+
+def test_claude_adds_the_owners_system_prompt_after_the_clients(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    upstream.script(Text(ANSWER))
+    cfg = config("claude", claude, claude_env(upstream), beta)
+    cfg["providers"]["real"]["system_prompt"] = "OWNER-RULE: answer in French."
+    with olp_server(tmp_path, cfg) as olp:
+        pieces, _, _ = stream_chat(olp)
+    assert "".join(pieces) == ANSWER
+    [request] = model_requests(upstream)
+    system = json.dumps(request.json["system"])
+    assert "OLP-SYSTEM-MARKER" in system and "OWNER-RULE: answer in French." in system
+    assert system.index("OLP-SYSTEM-MARKER") < system.index("OWNER-RULE")

@@ -129,11 +129,6 @@ def _import_usage(home: Path, data: OcpData, key_ids: dict[int, str], provider: 
 
 
 def _closing_notes(settings: Mapping[str, str], home: Path) -> None:
-    if settings.get("CLAUDE_SYSTEM_PROMPT"):
-        click.echo(
-            "note: OCP added CLAUDE_SYSTEM_PROMPT to every request; OLP has no operator-wide "
-            "system prompt, so clients send their own (it was not migrated)."
-        )
     port = settings.get("CLAUDE_PROXY_PORT")
     if port and port != str(_OCP_PORT):
         click.echo(
@@ -189,6 +184,8 @@ def _provider_from(settings: Mapping[str, str]) -> dict[str, Any]:
         provider["command"] = command
     if (concurrent := _positive(settings.get("CLAUDE_MAX_CONCURRENT"))) is not None:
         provider["max_concurrent"] = concurrent
+    if prompt := settings.get("CLAUDE_SYSTEM_PROMPT"):
+        provider["system_prompt"] = prompt  # after the client's own, as OCP put it
     if (total := _positive(settings.get("CLAUDE_TIMEOUT"))) is not None:
         # OCP had one per-request timeout; OLP's first-byte and idle waits fit inside it.
         wait = min(total, _DEFAULT_FIRST_BYTE_MS)

@@ -214,6 +214,7 @@ def _provider(name: str, r: Reader, env: Mapping[str, str]) -> ProviderConfig:
         api_key=env.get(api_key_env) if api_key_env else None,
         headers=r.str_map("headers"),
         command=r.string("command", None),
+        system_prompt=r.string("system_prompt", None),
         warm=r.integer("warm", 0, lo=0, hi=_MAX_WARM) if r.has("warm") else None,
         env=_child_env(r, env),
         consent=r.boolean("consent", False),

@@ -77,6 +77,9 @@ class ProviderConfig:
     # CLI providers.
     command: str | None = None
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The owner's own instructions, added after the client's system prompt on every request
+    # this CLI provider answers (what OCP's CLAUDE_SYSTEM_PROMPT did).
+    system_prompt: str | None = None
     # Processes started ahead, waiting for their prompt; None: the CLI's own default.
     warm: int | None = None
     # Filled by the loader, not from the file: the owner's home (where CLI credentials

@@ -21,10 +21,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Literal
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
+from olp.ir import ChatRequest, Message
 from olp.providers._cli_stream import cli_version, credential_check
 from olp.providers._subprocess import CliRunner
 from olp.providers.base import Capabilities, ProviderHealth, QuotaSnapshot
@@ -156,6 +158,13 @@ class CliProvider:
         return ProviderHealth(
             ok=found is not None, checks=tuple(checks), fix=None if found else fix
         )
+
+    def _with_system_prompt(self, request: ChatRequest) -> ChatRequest:
+        """The request with the owner's `system_prompt` after the client's own (if set)."""
+        extra = self._config.system_prompt
+        if not extra:
+            return request
+        return replace(request, messages=(*request.messages, Message("system", extra)))
 
     def quota(self) -> QuotaSnapshot | None:
         return None

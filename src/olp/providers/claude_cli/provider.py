@@ -41,6 +41,7 @@ class ClaudeCliProvider(CliProvider):
         self._rate_limit: RateLimitInfo | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
         if not translate.bridges_tools(request):
             async for event in self._run(request, None):
                 yield event

@@ -38,6 +38,7 @@ class CodexCliProvider(CliProvider):
         self._quota: QuotaSnapshot | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
         cli = serialise(request, keep_images=True, honoured=frozenset({"reasoning_effort"}))
         images = tuple(image.url for image in cli.images)
         turn = AppServerTurn(self.name, request.model, cli.prompt, images)

@@ -34,6 +34,7 @@ class GeminiCliProvider(CliProvider):
         self.capabilities = self._capabilities(DROPS)
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
         cli = serialise(request)
         # Never Gemini CLI's own coding-agent prompt: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT

@@ -30,6 +30,7 @@ class QwenCliProvider(CliProvider):
         self.capabilities = self._capabilities(translate.DROPS)
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
         invocation = translate.build_invocation(
             request, self._config.env, session_id=str(uuid.uuid4())
         )

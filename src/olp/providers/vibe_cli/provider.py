@@ -44,6 +44,7 @@ class VibeCliProvider(CliProvider):
         self.capabilities = self._capabilities(DROPS, streaming="message")
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
         cli = serialise(request)
         translator = VibeStream(self.name)
         async with self._runner.spawn(self._invocation(request, cli.system, cli.prompt)) as proc:
