@@ -281,12 +281,22 @@ def test_a_reload_keeps_pools_ordered_and_shares_gated(
         )
         return int(resp.json()["config"]["reloads"])
 
+    def kid_spent() -> bool:
+        resp = httpx.get(
+            f"{server.base_url}/v0/management/quota",
+            headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+        )
+        return any(share["spent"] for share in resp.json()["shares"])
+
     with ProcessServer(home) as server:
         write_config(home, pool_config(alpha, beta, "round-robin"))
         assert eventually(lambda: reloads() == 1, 10)
         # claude-me reports its window half used, all of it by kid's one request there.
-        alpha.script(window(0.5, 3600))
+        # (Several: the status page's health checks may take the first answers.)
+        alpha.script(*[window(0.5, 3600)] * 4)
         assert "claude-me" in (used(kid), used(kid))
+        # (A request is counted just after its answer went out.)
+        assert eventually(kid_spent, 10)
         # Past its share: round-robin would give claude-me one of these two.
         assert [used(kid), used(kid)] == ["claude-partner", "claude-partner"]
         owner = [used() for _ in range(4)]
