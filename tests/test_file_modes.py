@@ -89,3 +89,18 @@ def test_files_left_readable_are_tightened_at_start_with_a_log_line(
         log = server.proc.stderr.read()
     assert "permissions_tightened" in log
     assert "ledger.db" in log and "config.json" in log
+
+
+def test_tightening_keeps_the_owners_own_bits_of_a_second_logins_programs(
+    tmp_path: Path, upstream: FakeUpstream
+) -> None:
+    home = tmp_path / "home"
+    write_config(home, _config(upstream))
+    tool = home / "accounts" / "partner" / ".local" / "bin" / "tool"
+    tool.parent.mkdir(parents=True)
+    tool.write_text("#!/bin/sh\necho ok\n")
+    tool.chmod(0o755)
+    with ProcessServer(home, umask=0o022) as server:
+        _chat(server)
+        assert stat.S_IMODE(tool.stat().st_mode) == 0o700  # others' bits gone, still runs
+        assert stat.S_IMODE(tool.parent.stat().st_mode) == 0o700

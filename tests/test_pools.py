@@ -16,12 +16,14 @@ from click.testing import CliRunner
 from jsonschema import Draft202012Validator
 from playwright.sync_api import sync_playwright
 
+from olp.accounts.keystore import KeyStore, keys_db_path
 from olp.cli import cli
 from olp.config import ConfigProblems, load_config
 
 from fakes.upstream import FakeUpstream, Status, Text
 from olp_server import (
     OWNER_TOKEN,
+    ProcessServer,
     ThreadServer,
     eventually,
     olp_server,
@@ -247,3 +249,55 @@ def test_the_dashboard_shows_each_pool_and_its_next_member(
             assert "resets in" in (page.text_content(f"{partner} .small") or "")
         finally:
             context.close()
+
+
+def test_a_reload_keeps_pools_ordered_and_shares_gated(
+    tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """A reload swaps the engine in a new snapshot: the pool order and the keys' share
+    gate must come with it."""
+    home = tmp_path / "home"
+    write_config(home, pool_config(alpha, beta, "fill-first"))
+    store = KeyStore.open(keys_db_path(home))
+    try:
+        kid = store.create("kid", shares=(("claude-me", 0.25),)).secret
+    finally:
+        store.close()
+
+    def used(key: str = OWNER_TOKEN) -> str:
+        resp = httpx.post(
+            f"{server.base_url}/v1/chat/completions",
+            json={"model": "sonnet", "messages": [{"role": "user", "content": "hi"}]},
+            headers={"authorization": f"Bearer {key}"},
+            timeout=10,
+        )
+        assert resp.status_code == 200, resp.text
+        return resp.headers["x-olp-provider-used"]
+
+    def reloads() -> int:
+        resp = httpx.get(
+            f"{server.base_url}/v0/management/status",
+            headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+        )
+        return int(resp.json()["config"]["reloads"])
+
+    def kid_spent() -> bool:
+        resp = httpx.get(
+            f"{server.base_url}/v0/management/quota",
+            headers={"authorization": f"Bearer {OWNER_TOKEN}"},
+        )
+        return any(share["spent"] for share in resp.json()["shares"])
+
+    with ProcessServer(home) as server:
+        write_config(home, pool_config(alpha, beta, "round-robin"))
+        assert eventually(lambda: reloads() == 1, 10)
+        # claude-me reports its window half used, all of it by kid's one request there.
+        # (Several: the status page's health checks may take the first answers.)
+        alpha.script(*[window(0.5, 3600)] * 4)
+        assert "claude-me" in (used(kid), used(kid))
+        # (A request is counted just after its answer went out.)
+        assert eventually(kid_spent, 10)
+        # Past its share: round-robin would give claude-me one of these two.
+        assert [used(kid), used(kid)] == ["claude-partner", "claude-partner"]
+        owner = [used() for _ in range(4)]
+        assert owner.count("claude-me") == 2 and owner[0] != owner[1]

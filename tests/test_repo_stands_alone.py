@@ -21,6 +21,7 @@ _OUTSIDE = re.compile(
             r"cli-" + r"formats",
             r"\.\./" + r"shared",
             r"/work/" + r"shared",
+            r"\bADR" + r"[- ]?[0-9]{4}",  # the seed's decision records, not in the repository
         )
     )
 )

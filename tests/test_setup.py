@@ -529,15 +529,18 @@ def test_a_second_login_of_a_cli_becomes_a_pool_member(tmp_path: Path) -> None:
     claude = bin_dir / "claude"
     claude.write_text("#!/bin/sh\necho '2.1.197 (Claude Code)'\n")
     claude.chmod(0o755)
-    for login in (home, accounts / "partner"):
+    for login in (home, accounts / "partner", accounts / "my partner"):
         (login / ".claude").mkdir(parents=True)
         (login / ".claude" / ".credentials.json").write_text("{}")
     (accounts / "empty").mkdir()  # no login in it: not an account
     env = {"PATH": str(bin_dir), "HOME": str(home)}
     lines: list[str] = []
     machine = detect_machine(env, KNOWN, lines.append, probe_local=False, accounts_dir=accounts)
+    # A folder whose name cannot be part of a provider name is said, and left out: the
+    # config written must load.
     assert [(a.cli.type, a.name) for a in machine.accounts] == [("claude-cli", "partner")]
     assert any("a second claude login" in line for line in lines)
+    assert any("'claude-my partner'" in line and "rename the folder" in line for line in lines)
     plan = default_plan(machine, KNOWN, REGISTRY)
     partner = plan.config["providers"]["claude-partner"]
     assert partner["credentials_home"] == str(accounts / "partner")

@@ -4,6 +4,7 @@ upstream that reports its 5-hour window on every answer, a member key with a 25 
 from __future__ import annotations
 
 import time
+import tracemalloc
 import uuid
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from olp.accounts.keystore import KeyStore, keys_db_path
+from olp.accounts.shares import WindowUse
 from olp.cli import cli
 
 from fakes.upstream import FakeUpstream, Text
@@ -122,3 +124,34 @@ def test_with_no_other_hop_a_spent_share_is_a_key_limit_until_the_window_resets(
         assert RESET_IN_S - 60 <= int(refused.headers["retry-after"]) <= RESET_IN_S
         assert alpha.calls == 1  # refused without asking the provider
         assert ask(server, OWNER_TOKEN).status_code == 200
+
+
+def test_a_busy_window_costs_a_tally_per_key_and_minute_not_a_row_per_request() -> None:
+    """Five hours of a busy provider's requests must not pile up in memory (nor make each
+    share check walk them all): 100,000 requests in ten minutes stay a few kilobytes."""
+    use = WindowUse()
+    start = 1_800_000_000.0
+    use.record("claude-me", "warmup", 1, start - 1)  # the provider's queue exists already
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for i in range(100_000):
+            use.record("claude-me", f"key{i % 4}", 20, start + i * 0.006)
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 200_000, f"{grown} bytes for 100,000 requests"
+    assert use.portion("claude-me", "key1", start - 60, start + 600) == pytest.approx(0.25, 0.01)
+
+
+def test_a_keys_part_weighs_answers_without_counts_as_the_average_one() -> None:
+    use = WindowUse()
+    now = 1_800_000_000.0
+    use.record("claude-me", "kid", 300, now - 3600)
+    use.record("claude-me", "owner", 100, now - 1800)
+    use.record("claude-me", "kid", None, now - 60)  # weighs the average: 200
+    assert use.portion("claude-me", "kid", now - 7200, now) == pytest.approx(500 / 600)
+    # Before the window began, or older than five hours: not counted.
+    assert use.portion("claude-me", "kid", now - 1800, now) == pytest.approx(100 / 200)
+    assert use.portion("claude-me", "kid", now - 7200, now + 5 * 3600 - 1000) == 1.0
+    assert use.portion("nobody", "kid", now - 7200, now) == 0.0

@@ -1,7 +1,7 @@
 """What a request cost: real money, and what it would have cost at API list prices.
 
-Two figures per request, both attributed to the provider that answered (docs/design.md §5 rule 6,
-seed ADR-0014):
+Two figures per request, both attributed to the provider that answered (docs/design.md §5,
+rule 6):
 
 - `api_cost_usd`: the API-equivalent cost — the provider's own figure when it reports one
   (a CLI's `total_cost_usd`, OpenRouter's `usage.cost`), else tokens × list price.

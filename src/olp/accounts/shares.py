@@ -24,6 +24,36 @@ from dataclasses import dataclass
 __all__ = ["WINDOW_S", "ShareUse", "WindowUse"]
 
 WINDOW_S = 5 * 3600.0
+_MINUTE_S = 60.0
+
+
+@dataclass(slots=True)
+class _Tally:
+    """What one key (or everyone) sent a provider: answers with token counts, and without."""
+
+    tokens: int = 0  # reported by the answers that reported counts
+    counted: int = 0  # answers that reported token counts
+    uncounted: int = 0  # answers that reported none
+
+    @property
+    def requests(self) -> int:
+        return self.counted + self.uncounted
+
+    def add(self, tokens: int | None) -> None:
+        if tokens is None or tokens < 0:
+            self.uncounted += 1
+        else:
+            self.tokens += tokens
+            self.counted += 1
+
+    def merge(self, other: _Tally) -> None:
+        self.tokens += other.tokens
+        self.counted += other.counted
+        self.uncounted += other.uncounted
+
+    def weight(self, average: float) -> float:
+        """Its tokens, an answer without counts taken as `average`."""
+        return self.tokens + average * self.uncounted
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,38 +75,58 @@ class ShareUse:
 
 class WindowUse:
     """Who sent what to each provider in the last five hours (memory only; `seed` from the
-    ledger at start). Meant for the event loop's thread."""
+    ledger at start). Meant for the event loop's thread.
+
+    Kept as one tally per key per minute, not a row per request: memory and the cost of a
+    share check stay the same however many requests a window holds. A window's start is
+    therefore known to the minute.
+    """
 
     def __init__(self) -> None:
-        # provider -> (time, key id, tokens or None), oldest first
-        self._sent: dict[str, deque[tuple[float, str, int | None]]] = {}
+        # provider -> (minute, key id -> its tally in that minute), oldest first
+        self._sent: dict[str, deque[tuple[int, dict[str, _Tally]]]] = {}
 
     def record(self, provider: str, key_id: str, tokens: int | None, at: float) -> None:
         sent = self._sent.setdefault(provider, deque())
-        sent.append((at, key_id, tokens if tokens is None or tokens >= 0 else None))
+        minute = int(at // _MINUTE_S)
+        if not sent or sent[-1][0] < minute:
+            sent.append((minute, {}))
+        # (A clock that stepped back counts in the newest minute.)
+        tally = sent[-1][1].get(key_id)
+        if tally is None:
+            tally = sent[-1][1][key_id] = _Tally()
+        tally.add(tokens)
         _trim(sent, at)
 
     def seed(self, rows: Iterable[tuple[str, str, int | None, float]]) -> None:
         """(provider, key id, tokens, time) rows, oldest first (the ledger's last hours)."""
         for provider, key_id, tokens, at in rows:
-            self._sent.setdefault(provider, deque()).append((at, key_id, tokens))
+            self.record(provider, key_id, tokens, at)
 
     def portion(self, provider: str, key_id: str, since: float, now: float) -> float:
-        """The key's part (0..1) of what everyone sent `provider` since `since`."""
+        """The key's part (0..1) of what everyone sent `provider` since `since` (to the
+        minute)."""
         sent = self._sent.get(provider)
         if not sent:
             return 0.0
         _trim(sent, now)
-        rows = [(key, tokens) for at, key, tokens in sent if at >= since]
-        if not rows:
+        first = int(since // _MINUTE_S)
+        everyone, mine = _Tally(), _Tally()
+        for minute, tallies in sent:
+            if minute < first:
+                continue
+            for key, tally in tallies.items():
+                everyone.merge(tally)
+                if key == key_id:
+                    mine.merge(tally)
+        if not everyone.requests:
             return 0.0
-        known = [tokens for _, tokens in rows if tokens is not None]
-        average = sum(known) / len(known) if known else 1.0
-        weights = [(key, average if tokens is None else tokens) for key, tokens in rows]
-        total = sum(weight for _, weight in weights)
+        # An answer that reported no token counts weighs as much as an average one.
+        average = everyone.tokens / everyone.counted if everyone.counted else 1.0
+        total = everyone.weight(average)
         if total <= 0:  # every answer reported zero tokens: count requests instead
-            return sum(1 for key, _ in rows if key == key_id) / len(rows)
-        return sum(weight for key, weight in weights if key == key_id) / total
+            return mine.requests / everyone.requests
+        return mine.weight(average) / total
 
     def use(
         self,
@@ -92,7 +142,8 @@ class WindowUse:
         return ShareUse(provider, share, used, reset_at)
 
 
-def _trim(sent: deque[tuple[float, str, int | None]], now: float) -> None:
-    oldest = now - WINDOW_S
+def _trim(sent: deque[tuple[int, dict[str, _Tally]]], now: float) -> None:
+    """Drop the minutes wholly older than the window."""
+    oldest = int((now - WINDOW_S) // _MINUTE_S)
     while sent and sent[0][0] < oldest:
         sent.popleft()

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from olp.cli.setup_plan import FoundAccount, FoundCli, FoundServer, Login, Machine
+from olp.config import PROVIDER_NAME_RULE, is_provider_name
 from olp.registry.known import Known, KnownCli
 
 __all__ = [
@@ -89,9 +90,17 @@ def _detect_accounts(
     found = []
     for folder in folders:
         for cli in clis:
-            if any((folder / rel).is_file() for rel in cli.facts.credential_files):
-                progress(f"checking {folder}… a second {cli.facts.command} login")
-                found.append(FoundAccount(cli, folder.name, str(folder)))
+            if not any((folder / rel).is_file() for rel in cli.facts.credential_files):
+                continue
+            name = f"{cli.facts.name}-{folder.name}"  # its provider's name (setup_plan)
+            if not is_provider_name(name):
+                progress(
+                    f"checking {folder}… a second {cli.facts.command} login, left out: its "
+                    f"provider would be {name!r}, and {PROVIDER_NAME_RULE}; rename the folder"
+                )
+                continue
+            progress(f"checking {folder}… a second {cli.facts.command} login")
+            found.append(FoundAccount(cli, folder.name, str(folder)))
     return tuple(found)
 
 

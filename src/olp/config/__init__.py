@@ -5,7 +5,13 @@ The only package that reads the environment.
 
 from __future__ import annotations
 
-from olp.config.load import SOFT_TRIGGER_KEYS, load_config, olp_home
+from olp.config.load import (
+    PROVIDER_NAME_RULE,
+    SOFT_TRIGGER_KEYS,
+    is_provider_name,
+    load_config,
+    olp_home,
+)
 from olp.config.model import (
     AuthConfig,
     CacheConfig,
@@ -24,6 +30,7 @@ from olp.config.model import (
 from olp.config.validate import ConfigProblems
 
 __all__ = [
+    "PROVIDER_NAME_RULE",
     "SOFT_TRIGGER_KEYS",
     "AuthConfig",
     "CacheConfig",
@@ -39,6 +46,7 @@ __all__ = [
     "RoutingConfig",
     "ServerConfig",
     "Timeouts",
+    "is_provider_name",
     "load_config",
     "olp_home",
 ]

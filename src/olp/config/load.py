@@ -42,9 +42,10 @@ from olp.errors import ConfigError
 from olp.observability import redacted_url
 from olp.registry.known import Known
 
-__all__ = ["SOFT_TRIGGER_KEYS", "load_config", "olp_home"]
+__all__ = ["PROVIDER_NAME_RULE", "SOFT_TRIGGER_KEYS", "is_provider_name", "load_config", "olp_home"]
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+PROVIDER_NAME_RULE = "provider names use letters, digits, '_', '.', '-' (no '/')"
 _VAR_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Each waiting CLI holds 100-300 MB: more than this is a typo, not a plan.
 _MAX_WARM = 32
@@ -183,11 +184,16 @@ def _auth(r: Reader) -> AuthConfig:
     return auth
 
 
+def is_provider_name(name: str) -> bool:
+    """Whether `name` may name a provider in config.json (`PROVIDER_NAME_RULE`, at most 64)."""
+    return _PROVIDER_NAME.match(name) is not None
+
+
 def _providers(root: Reader, env: Mapping[str, str]) -> dict[str, ProviderConfig]:
     providers: dict[str, ProviderConfig] = {}
     for name, r in root.items("providers"):
-        if not _PROVIDER_NAME.match(name):
-            r.fail(r.path, "provider names use letters, digits, '_', '.', '-' (no '/')")
+        if not is_provider_name(name):
+            r.fail(r.path, PROVIDER_NAME_RULE)
             continue
         providers[name] = _provider(name, r, env)
     return providers

@@ -1,7 +1,7 @@
 """What OLP knows about each provider's quota, and the soft triggers that act on it.
 
 The book keeps, per provider: request counters, the latest quota signal the provider
-reported (headers, CLI events), and its cooldowns. Soft triggers (seed ADR 0004) are
+reported (headers, CLI events), and its cooldowns. Soft triggers (docs/quota.md) are
 evaluated before a hop runs: one that fires skips the hop without a request.
 """
 

@@ -22,7 +22,8 @@ __all__ = ["ledger_attempts", "ledger_requests", "limit_usage", "record_usage", 
 
 
 def request_cost(outcome: RequestOutcome, pricing: Pricing, config: Config) -> Cost:
-    """Cost goes to the provider that answered (ADR-0014); a replay or shared call is free.
+    """Cost goes to the provider that answered (docs/design.md §5); a replay or shared call
+    is free.
 
     Computed once per request and kept on the outcome: the ledger and the key's USD
     counter both need it.

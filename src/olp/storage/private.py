@@ -1,5 +1,6 @@
-"""OLP's files are the owner's alone: `$OLP_HOME` 0700, every file in it 0600, whatever
-the umask. Cached answers, the usage ledger and key hashes are nobody else's business.
+"""OLP's files are the owner's alone: `$OLP_HOME` 0700, every file OLP writes in it 0600,
+whatever the umask. Cached answers, the usage ledger and key hashes are nobody else's
+business.
 
 SQLite creates a database's `-wal` and `-shm` files with the database file's own mode, so
 a database created 0600 here keeps its companions private too.
@@ -19,6 +20,7 @@ log = event_logger("olp.storage")
 
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
+_OWNER_ONLY = 0o700  # a mask: the owner's bits, whatever they are
 
 
 def private_dir(path: Path) -> None:
@@ -44,22 +46,25 @@ def open_private(path: Path, flags: int) -> int:
 
 
 def tighten_home(home: Path) -> list[Path]:
-    """Make `home` 0700 and everything under it 0600 (directories 0700); what changed is
-    logged as `permissions_tightened` and returned."""
+    """Take every permission of the group and others off `home` and everything under it;
+    what changed is logged as `permissions_tightened` and returned.
+
+    The owner's own bits stay: a second login's folder (`accounts/<name>/`) is a CLI's home
+    and may hold programs that must stay executable.
+    """
     private_dir(home)
     changed: list[Path] = []
     for entry in [home, *home.rglob("*")]:
         if entry.is_symlink():
             continue  # a link's target is not ours to change
-        wanted = _DIR_MODE if entry.is_dir() else _FILE_MODE
-        if _tighten(entry, wanted):
+        if _tighten(entry, _OWNER_ONLY):
             changed.append(entry)
     if changed:
         log.warning(
             "permissions_tightened",
             home=str(home),
             files=[str(p.relative_to(home)) for p in changed],
-            mode="0700 for directories, 0600 for files",
+            removed="every permission of the group and others",
         )
     return changed
 

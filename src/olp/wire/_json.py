@@ -1,4 +1,5 @@
-"""JSON for the wire: orjson, with text a client cannot be sent repaired (pure)."""
+"""JSON for the wire: a request body read as one JSON object, and answers written with
+orjson, text a client cannot be sent repaired (pure)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,20 @@ from typing import Any
 
 import orjson
 
-__all__ = ["dumps"]
+from olp.errors import InvalidRequest
+
+__all__ = ["dumps", "load_object"]
+
+
+def load_object(body: bytes) -> dict[str, Any]:
+    """A request body that must be one JSON object; InvalidRequest says what it is not."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidRequest(f"Invalid JSON in request body: {exc}") from None
+    if type(doc) is not dict:
+        raise InvalidRequest("Request body must be a JSON object")
+    return doc
 
 
 def dumps(obj: Any) -> bytes:

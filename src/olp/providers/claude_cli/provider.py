@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -18,6 +20,8 @@ if TYPE_CHECKING:
     from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 
 __all__ = ["ClaudeCliProvider"]
+
+_BRIDGE_MODULE = "olp.providers._mcp_bridge"
 
 
 class ClaudeCliProvider(CliProvider):
@@ -46,16 +50,19 @@ class ClaudeCliProvider(CliProvider):
             async for event in self._run(request, None):
                 yield event
             return
-        async with self._tool_bridge().serve(request.tools) as run:
+        bridge = await self._tool_bridge()
+        async with bridge.serve(request.tools) as run:
             async for event in self._run(request, run):
                 yield event
 
-    def _tool_bridge(self) -> ToolBridge:
+    async def _tool_bridge(self) -> ToolBridge:
         if self._bridge is None:
-            # The MCP SDK takes a second or more to import: only a request with tools pays.
-            from olp.providers._mcp_bridge import ToolBridge
-
-            self._bridge = ToolBridge(self.name)
+            # The MCP SDK takes a second or more to import: only a request with tools pays,
+            # and in a thread, so that the server answers every other request meanwhile.
+            module = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
+            bridge_type: type[ToolBridge] = module.ToolBridge
+            if self._bridge is None:  # (another request may have made it meanwhile)
+                self._bridge = bridge_type(self.name)
         return self._bridge
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:

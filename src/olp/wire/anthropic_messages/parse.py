@@ -42,6 +42,7 @@ from olp.ir import (
     ToolCall,
     ToolChoice,
 )
+from olp.wire._json import load_object
 from olp.wire.openai_chat._checks import (
     as_bool,
     as_int,
@@ -87,12 +88,7 @@ def parse_messages_request(
 
     `headers`: the client's headers to keep for an Anthropic upstream (`anthropic-beta`).
     """
-    try:
-        doc = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"Invalid JSON in request body: {exc}") from None
-    if type(doc) is not dict:
-        raise InvalidRequest("Request body must be a JSON object")
+    doc = load_object(body)
     return _request(doc, headers or {}, counting)
 
 

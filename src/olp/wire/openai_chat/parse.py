@@ -18,10 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
-import orjson
-
-from olp.errors import InvalidRequest
 from olp.ir import ChatRequest, Passthrough, ResponseFormat
+from olp.wire._json import load_object
 from olp.wire.openai_chat._checks import (
     as_bool,
     as_int,
@@ -47,12 +45,7 @@ _T = TypeVar("_T")
 
 
 def parse_chat_request(body: bytes) -> ChatRequest:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"Invalid JSON in request body: {exc}") from None
-    if type(obj) is not dict:
-        raise InvalidRequest("Request body must be a JSON object")
+    obj = load_object(body)
     return _request(obj)
 
 

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-import orjson
-
 from olp.errors import InvalidRequest, OLPError
 from olp.ir import ChatRequest, ChatResponse, Event, Forward, RawBody
+from olp.wire._json import load_object
 from olp.wire.openai_chat._checks import as_bool, bounded, model_name
 from olp.wire.openai_chat.encode import error_body
 
@@ -31,12 +30,7 @@ class OpenAIForward:
         self.name = f"openai_{endpoint}"
 
     def parse(self, body: bytes) -> ChatRequest:
-        try:
-            doc = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequest(f"Invalid JSON in request body: {exc}") from None
-        if type(doc) is not dict:
-            raise InvalidRequest("Request body must be a JSON object")
+        doc = load_object(body)
         model = model_name(doc.get("model"))
         required = _REQUIRED[self.endpoint]
         if doc.get(required) is None:

@@ -30,7 +30,6 @@ from typing import Any, Literal, TypeVar
 
 import orjson
 
-from olp.errors import InvalidRequest
 from olp.ir import (
     ChatRequest,
     ContentPart,
@@ -43,6 +42,7 @@ from olp.ir import (
     ToolCall,
     ToolChoice,
 )
+from olp.wire._json import load_object
 from olp.wire.openai_chat._checks import (
     as_bool,
     as_int,
@@ -82,13 +82,7 @@ _STATEFUL = {
 
 
 def parse_responses_request(body: bytes) -> ChatRequest:
-    try:
-        obj = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise InvalidRequest(f"Invalid JSON in request body: {exc}") from None
-    if type(obj) is not dict:
-        raise InvalidRequest("Request body must be a JSON object")
-    return _request(obj)
+    return _request(load_object(body))
 
 
 def _request(obj: dict[str, Any]) -> ChatRequest:
