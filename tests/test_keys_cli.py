@@ -331,3 +331,15 @@ def test_the_olp_command_reports_a_damaged_database(home: Path) -> None:
     (home / "keys.db").write_bytes(b"this is not a database at all" * 200)
     err = bad(home, "list", run=olp_keys_process)
     assert str(home / "keys.db") in err and "move it aside" in err
+
+
+def test_a_share_of_a_provider_that_is_not_configured_is_pointed_out(home: Path) -> None:
+    home.mkdir()
+    (home / "config.json").write_text(
+        '{"providers": {"claude-me": {"type": "anthropic-http", "base_url": "http://127.0.0.1:9"}}}'
+    )
+    created = ok(home, "create", "--name", "kid", "--share", "claude-me=25%")
+    assert "note: no provider named" not in created
+    changed = ok(home, "set", "kid", "--share", "claude-typo=0.1")
+    assert "note: no provider named 'claude-typo' is configured" in changed
+    assert "shares claude-me 25%, claude-typo 10%" in changed

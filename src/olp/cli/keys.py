@@ -106,6 +106,7 @@ def create(
         click.echo(orjson.dumps({"id": r.id, "key": new.secret, "name": r.name, "tier": r.tier}))
         return
     _show_secret(new, f'Created key {new.record.id} for "{new.record.name}" ({new.record.tier}).')
+    _unknown_share_note(new.record)
 
 
 @keys_group.command("list")
@@ -200,6 +201,7 @@ def set_(
             shares=dict(shares),
         )
     click.echo(f"Updated key {record.id} ({record.name}): {_settings(record)}")
+    _unknown_share_note(record)
     if limit_args["usd_month"] is not None:
         _budget_note(record)
 
@@ -252,6 +254,22 @@ def _show_secret(new: NewKey, headline: str) -> None:
             "This key has expired and is refused until you extend it: "
             f"olp keys set {new.record.id} --expires 30d"
         )
+
+
+def _unknown_share_note(record: KeyRecord) -> None:
+    """A share of a provider config.json does not have does nothing: say so."""
+    if not record.shares:
+        return
+    try:
+        configured = load_config(detect_local_servers=False).providers
+    except ConfigError:
+        return  # `olp config check` reports a broken file; the share is stored either way
+    for provider, _ in record.shares:
+        if provider not in configured:
+            click.echo(
+                f"note: no provider named {provider!r} is configured, so this share does "
+                "nothing until one is (`olp config check` lists the providers)"
+            )
 
 
 def _budget_note(record: KeyRecord) -> None:
