@@ -8,9 +8,10 @@ locks the owner out of key management.
 from __future__ import annotations
 
 import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 import click
@@ -33,9 +34,10 @@ from olp.cli.key_options import (
     new_limits,
     setting_options,
 )
+from olp.cli.quota import saved_book
 from olp.config import load_config, olp_home
 from olp.errors import ConfigError, OLPError
-from olp.quota import Cooldowns, QuotaBook, QuotaStore
+from olp.quota import QuotaStore
 from olp.server.share_gate import shares_json
 
 __all__ = ["keys_group"]
@@ -346,15 +348,19 @@ def _share_view(records: list[KeyRecord]) -> ShareView:
         return lambda record: []
     home = olp_home(os.environ)
     now = time.time()
-    book = QuotaBook(Cooldowns(), {}, lambda _: None)
+    state: dict[str, dict[str, Any]] = {}
     if (home / "quota.db").exists():
-        store = QuotaStore(home / "quota.db")
-        try:
-            book.load(store.load()[0])
-        finally:
-            store.close()
+        with suppress(OLPError):  # a damaged quota file: listed without their use
+            store = QuotaStore(home / "quota.db")
+            try:
+                state = store.load()[0]
+            finally:
+                store.close()
+    book = saved_book(state, {})
     use = WindowUse()
-    use.seed(read_window_rows(home / LEDGER_FILE, now - WINDOW_S, now))
+    # A damaged or locked ledger: the shares are listed without their use.
+    with suppress(OLPError, sqlite3.Error):
+        use.seed(read_window_rows(home / LEDGER_FILE, now - WINDOW_S, now))
     return lambda record: shares_json(record.identity(), book, use, now)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -15,7 +16,7 @@ from olp.errors import OLPError
 from olp.quota import Cooldowns, ProviderQuota, QuotaBook, QuotaStore
 from olp.server.quota_api import pools_json, provider_quota_json
 
-__all__ = ["providers", "quota"]
+__all__ = ["providers", "quota", "saved_book"]
 
 
 def _open_store(config: Config) -> QuotaStore:
@@ -25,9 +26,11 @@ def _open_store(config: Config) -> QuotaStore:
         fail(exc.message)
 
 
-def _saved_book(config: Config, state: dict[str, dict[str, Any]]) -> QuotaBook:
+def saved_book(
+    state: dict[str, dict[str, Any]], thresholds: Mapping[str, Mapping[str, float]]
+) -> QuotaBook:
     """The quota book as the server last saved it (read-only: nothing here records)."""
-    book = QuotaBook(Cooldowns(), config.routing.soft_triggers, lambda _: None)
+    book = QuotaBook(Cooldowns(), thresholds, lambda _: None)
     book.load(state)
     return book
 
@@ -52,7 +55,7 @@ def quota(as_json: bool) -> None:
     store = _open_store(config)
     state, saved = store.load()
     store.close()
-    book = _saved_book(config, state)
+    book = saved_book(state, config.routing.soft_triggers)
     rows = book.statuses(sorted(set(config.providers) | set(state)))
     enabled = [name for name, p in config.providers.items() if p.enabled]
     pools = pools_json(config, PoolScheduler(book), enabled, time.time())
@@ -146,7 +149,7 @@ def reset(name: str) -> None:
     # Asked for even when the last save shows no cooldown: one may have begun since.
     store.request_reset(name)
     store.close()
-    cooling = _saved_book(config, state).statuses([name])[0].cooldowns
+    cooling = saved_book(state, config.routing.soft_triggers).statuses([name])[0].cooldowns
     if not cooling:
         click.echo(f"{name}: not cooling down; nothing to end")
         return
