@@ -9,6 +9,8 @@ A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in c
 client tools unless the CLI bridges them, no sampling, JSON mode as an instruction, the
 runner's concurrency), reports no quota unless the provider overrides `quota()`, stops its
 waiting processes (the warm pool) in `retire()` and kills its children in `aclose()`.
+A CLI that takes client tools gets its MCP bridge from `_tool_bridge()`, made on the
+first request with tools and closed with the provider.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -19,10 +21,12 @@ and vibe).
 
 from __future__ import annotations
 
+import asyncio
+import importlib
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
@@ -31,7 +35,12 @@ from olp.providers._cli_stream import cli_version, credential_check
 from olp.providers._subprocess import CliRunner
 from olp.providers.base import Capabilities, ProviderHealth, QuotaSnapshot
 
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import ToolBridge
+
 __all__ = ["CliProvider"]
+
+_BRIDGE_MODULE = "olp.providers._mcp_bridge"
 
 
 class CliProvider:
@@ -59,6 +68,7 @@ class CliProvider:
             install_hint=install_hint,
             warm=config.warm if config.warm is not None else warm_default,
         )
+        self._bridge: ToolBridge | None = None
 
     @property
     def runner(self) -> CliRunner:
@@ -166,6 +176,17 @@ class CliProvider:
             return request
         return replace(request, messages=(*request.messages, Message("system", extra)))
 
+    async def _tool_bridge(self) -> ToolBridge:
+        """This provider's MCP bridge for client tools, started on first use."""
+        if self._bridge is None:
+            # The MCP SDK takes a second or more to import: only a request with tools pays,
+            # and in a thread, so that the server answers every other request meanwhile.
+            module = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
+            bridge_type: type[ToolBridge] = module.ToolBridge
+            if self._bridge is None:  # (another request may have made it meanwhile)
+                self._bridge = bridge_type(self.name)
+        return self._bridge
+
     def quota(self) -> QuotaSnapshot | None:
         return None
 
@@ -174,3 +195,5 @@ class CliProvider:
 
     async def aclose(self) -> None:
         await self._runner.aclose()
+        if self._bridge is not None:
+            await self._bridge.aclose()

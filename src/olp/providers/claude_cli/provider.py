@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import importlib
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -17,11 +15,9 @@ from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
 if TYPE_CHECKING:
-    from olp.providers._mcp_bridge import BridgedRun, ToolBridge
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = ["ClaudeCliProvider"]
-
-_BRIDGE_MODULE = "olp.providers._mcp_bridge"
 
 
 class ClaudeCliProvider(CliProvider):
@@ -41,7 +37,6 @@ class ClaudeCliProvider(CliProvider):
             reports_cost=True,
             tool_choices=frozenset({"auto", "none"}),
         )
-        self._bridge: ToolBridge | None = None
         self._rate_limit: RateLimitInfo | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
@@ -54,16 +49,6 @@ class ClaudeCliProvider(CliProvider):
         async with bridge.serve(request.tools) as run:
             async for event in self._run(request, run):
                 yield event
-
-    async def _tool_bridge(self) -> ToolBridge:
-        if self._bridge is None:
-            # The MCP SDK takes a second or more to import: only a request with tools pays,
-            # and in a thread, so that the server answers every other request meanwhile.
-            module = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
-            bridge_type: type[ToolBridge] = module.ToolBridge
-            if self._bridge is None:  # (another request may have made it meanwhile)
-                self._bridge = bridge_type(self.name)
-        return self._bridge
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         config = None if run is None else translate.mcp_config(run.url)
@@ -81,11 +66,6 @@ class ClaudeCliProvider(CliProvider):
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event
-
-    async def aclose(self) -> None:
-        await super().aclose()
-        if self._bridge is not None:
-            await self._bridge.aclose()
 
     def _remember(self, info: RateLimitInfo) -> None:
         self._rate_limit = info
