@@ -4,12 +4,16 @@ format and in Anthropic's Messages format (for the claude CLI, `bench.cli_warm`)
 Its cost per request is part of every measurement (it shares the cores with the proxy), so
 a request does only what is unavoidable: read the body and parse it to learn `stream`.
 
-    python -m bench.fake_upstream --port 9100 [--chunks 8]
+    python -m bench.fake_upstream --port 9100 [--chunks 8] [--delay-ms 20]
+
+`--delay-ms` makes every chat answer wait that long before its first byte, like a model
+thinking: with it, the benchmark shows what a proxy's costs mean against a real upstream.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 from dataclasses import dataclass
 
 import orjson
@@ -136,12 +140,14 @@ def _anthropic(words: list[str]) -> tuple[bytes, tuple[bytes, ...]]:
     return orjson.dumps(message), tuple(events)
 
 
-def create_app(answers: Answers) -> web.Application:
+def create_app(answers: Answers, delay_ms: float = 0.0) -> web.Application:
     async def chat(request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        if delay_ms:
+            await asyncio.sleep(delay_ms / 1000)
         if not isinstance(body, dict) or body.get("stream") is not True:
             return web.Response(body=answers.completion, content_type="application/json")
         options = body.get("stream_options")
@@ -183,8 +189,12 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--chunks", type=int, default=8, help="content chunks per stream")
+    parser.add_argument(
+        "--delay-ms", type=float, default=0.0, help="wait before each chat answer's first byte"
+    )
     args = parser.parse_args()
-    serve(create_app(build_answers(args.chunks)), args.host, args.port, "fake_upstream")
+    app = create_app(build_answers(args.chunks), args.delay_ms)
+    serve(app, args.host, args.port, "fake_upstream")
 
 
 if __name__ == "__main__":

@@ -28,14 +28,15 @@ __all__ = [
     "issue_budget_lines",
 ]
 
-# Issue 5: a cache hit (no upstream call) answers at least this many times faster than the
-# passthrough: throughput at 64 connections, p50 latency at 1 connection.
-CACHE_HIT_MIN_SPEEDUP = 2.0
-# Issue 5: a cache miss (look up, lead a flight, write the answer) costs less than this
-# share of the throughput of the same OLP with the cache off, at 64 connections.
+# A cache hit (no upstream call) answers at least this many times faster than the
+# passthrough: throughput at 64 connections, p50 latency at 1 connection. Issue 5 asked 2×;
+# issue 30 took out the memo that skipped routing and authorisation on a repeated request,
+# and set 1.5×.
+CACHE_HIT_MIN_SPEEDUP = 1.5
+# What a cache miss (look up, lead a flight, write the answer) and key checks with ledger
+# writes cost in throughput. Issues 5 and 4 gated both at 10%; issue 30 retired those gates:
+# they are reported, with OLP's CPU per request, and the limits below only mark them.
 CACHE_MISS_MAX_COST = 0.10
-# Issue 4: key checks (a member key with all five limits) and ledger writes cost less than
-# this share of the throughput of OLP without them (owner token, ledger off), at 64 conns.
 KEYS_LEDGER_MAX_COST = 0.10
 # A hit row must really be hits, a miss row really misses (from GET /cache/stats).
 CACHE_CHECK_MIN_SHARE = 0.99
@@ -91,7 +92,7 @@ def _ledger_problem(info: RunInfo, name: str, writes: bool) -> str | None:
 _HIT_LINES: tuple[tuple[int, str, Callable[[Cell, Cell], tuple[float, str, str]]], ...] = (
     (
         64,
-        "Cache hit throughput / passthrough, 64 connections (issue 5)",
+        "Cache hit throughput / passthrough, 64 connections (issues 5, 30)",
         lambda pt, hit: (
             hit.rps / pt.rps if pt.rps else math.nan,
             f"{fmt_num(hit.rps)} req/s",
@@ -100,7 +101,7 @@ _HIT_LINES: tuple[tuple[int, str, Callable[[Cell, Cell], tuple[float, str, str]]
     ),
     (
         1,
-        "Cache hit p50 latency, passthrough's / hit's, 1 connection (issue 5)",
+        "Cache hit p50 latency, passthrough's / hit's, 1 connection (issues 5, 30)",
         lambda pt, hit: (
             pt.p50_ms / hit.p50_ms if hit.p50_ms else math.nan,
             f"{fmt_ms(hit.p50_ms)} ms",
@@ -155,7 +156,7 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
     for title, name, base_name, max_cost, problem in costs:
         for stream in (False, True):
             base, cell = find(cells, base_name, stream, 64), find(cells, name, stream, 64)
-            budget = f"cost < {max_cost:.0%}"
+            budget = f"reported (was cost < {max_cost:.0%})"
             if base and cell:
                 paired = paired_cost(
                     [r.rps for r in cell.rounds], [r.rps for r in base.rounds], cell.blocks
@@ -168,11 +169,20 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
                     f"OLP CPU {fmt_num(cpu)} µs/req",
                     f"{base_name} {fmt_num(base.rps)} req/s; OLP CPU {fmt_num(base_cpu)} µs/req",
                     budget,
-                    verdict(paired.verdict(max_cost), base, cell, invalid=problem()),
+                    _reported(paired.verdict(max_cost), problem()),
                 )
             else:
                 line(title, stream, "not measured", "—", budget, "not measured")
     return rows
+
+
+def _reported(within: bool | None, problem: str | None) -> str:
+    """A retired gate's result column: what the old budget would say, never PASS/FAIL."""
+    if problem is not None:
+        return f"**INVALID**: {problem}"
+    if within is None:
+        return "reported (interval spans the old budget)"
+    return "reported (under the old budget)" if within else "reported (over the old budget)"
 
 
 def _proxy_cpu(cell: Cell) -> float:

@@ -339,6 +339,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "(default 6, --quick: 1): with 6 or more, the cost's interval is over them",
     )
     parser.add_argument("--procs", type=int, default=1, help="load generator processes")
+    parser.add_argument(
+        "--upstream-delay-ms",
+        type=float,
+        default=0.0,
+        help="the fake upstream waits this long before each answer, like a model (e.g. 20)",
+    )
     parser.add_argument("--no-olp", action="store_true", help="direct and passthrough only")
     parser.add_argument(
         "--cli",
@@ -392,7 +398,7 @@ def _main(argv: list[str]) -> None:
     info = machine_info(args, argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="olp-bench-") as tmp:
-        targets = Targets(Path(tmp))
+        targets = Targets(Path(tmp), args.upstream_delay_ms)
         try:
             targets.start(None if args.no_olp else OLP)
             runner = Runner(targets, args)

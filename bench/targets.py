@@ -58,8 +58,9 @@ class Endpoint:
 class Targets:
     """Owns the server processes; stop() must run whatever happened."""
 
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, upstream_delay_ms: float = 0.0) -> None:
         self.workdir = workdir
+        self.upstream_delay_ms = upstream_delay_ms
         self.servers: dict[str, procs.Server] = {}
         self.endpoints: dict[str, Endpoint] = {}
         self.homes: dict[str, Path] = {}  # OLP variant -> its OLP_HOME
@@ -72,7 +73,9 @@ class Targets:
     def start(self, olp: OlpLaunch | None) -> None:
         up_port = procs.free_port()
         base = f"http://127.0.0.1:{up_port}"
-        up = self._spawn("upstream", [PY, "-m", "bench.fake_upstream", "--port", str(up_port)])
+        delay = str(self.upstream_delay_ms)
+        argv = [PY, "-m", "bench.fake_upstream", "--port", str(up_port), "--delay-ms", delay]
+        up = self._spawn("upstream", argv)
         procs.wait_ready(up, lambda: _ok("GET", base + "/v1/models"))
         self.endpoints["direct"] = Endpoint(base + CHAT_PATH, TOKEN, None)
 

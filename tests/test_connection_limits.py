@@ -82,6 +82,19 @@ def test_a_connection_without_complete_headers_is_closed_after_header_timeout_s(
     assert 0.8 < elapsed < 3
 
 
+def test_a_later_request_whose_headers_stall_is_closed_after_header_timeout_s(
+    server: ProcessServer,
+) -> None:
+    with _connect(server) as sock:
+        sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        sock.sendall(REQUEST_LINE)  # the next request's head, never finished
+        assert _read_all(sock) == b""
+        elapsed = time.monotonic() - started
+    assert 0.8 < elapsed < 3
+
+
 def test_a_complete_request_is_not_cut_by_header_timeout_s(server: ProcessServer) -> None:
     # Keep-alive: two requests on one connection, the second after the first's timeout.
     with httpx.Client(base_url=server.base_url) as client:
