@@ -301,12 +301,19 @@ def test_health_checks_binary_version_and_login_without_a_model(
     assert not bad.ok and bad.fix and _FIX[cli] in bad.fix
     assert any(c.startswith("version: ") and c[9:].strip() for c in bad.checks)
     assert good.ok and good.fix is None
+    assert good.checks[-1] == _TOOLS[cli] or cli == "codex"  # codex does not say
     assert not absent.ok and "install" in (absent.fix or "")
     assert upstream.calls == 0  # no model was called
 
 
 _KEY_ENV = {"codex": codex_env, "gemini": gemini_env, "vibe": vibe_env}
 _FIX = {"codex": " login", "gemini": "Login with Google", "vibe": " --setup"}
+_NO_TOOLS = "client tools: no (a request with tools skips this provider)"
+_TOOLS = {
+    "codex": "",
+    "gemini": "client tools: yes, over MCP (tool_choice: auto, none)",
+    "vibe": _NO_TOOLS,
+}
 
 
 def _provider(

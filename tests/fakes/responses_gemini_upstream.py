@@ -15,13 +15,17 @@ Gemini CLI wants SSE `data:` frames of `candidates[].content.parts[].text` with
 
 Behaviours understood on these routes: `Text` (streamed in `chunks` pieces; its
 `headers` go on the answer, e.g. `CODEX_RATE_LIMIT_HEADERS`), `Status` (an error answer:
-see `responses_usage_limit`, `gemini_error`), `Hang` and `DieMidStream`.
+see `responses_usage_limit`, `gemini_error`), `Hang` and `DieMidStream`; on the Gemini
+route also `ToolCalls`: its `text` (if any), then one frame with a `functionCall` part per
+call (several: parallel calls), as Gemini sends them. What the CLI offered the model and
+sent back is in the recorded body: `gemini_tool_names()` and `gemini_function_responses()`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -36,6 +40,7 @@ from fakes.upstream import (
     RecordedRequest,
     Status,
     Text,
+    ToolCalls,
     _ClientGone,
     _status,
 )
@@ -44,6 +49,8 @@ __all__ = [
     "ResponsesGeminiUpstream",
     "codex_rate_limit_headers",
     "gemini_error",
+    "gemini_function_responses",
+    "gemini_tool_names",
     "responses_error",
     "responses_usage_limit",
 ]
@@ -157,6 +164,8 @@ class ResponsesGeminiUpstream(FakeUpstream):
             if request.transport is not None:
                 request.transport.abort()
             return resp
+        if isinstance(behaviour, ToolCalls):
+            return await self._tool_calls(request, behaviour, frames)
         if not isinstance(behaviour, Text):
             raise NotImplementedError(f"{type(behaviour).__name__} on this route")
         resp = await self._prepare(request, behaviour.headers)
@@ -173,10 +182,23 @@ class ResponsesGeminiUpstream(FakeUpstream):
         await resp.write_eof()
         return resp
 
+    async def _tool_calls(
+        self, request: web.Request, behaviour: ToolCalls, frames: _Frames
+    ) -> web.StreamResponse:
+        resp = await self._prepare(request, behaviour.headers)
+        if behaviour.text:
+            await self._write(request, resp, frames.delta(behaviour.text))
+        await self._write(request, resp, frames.calls(behaviour.calls))
+        await resp.write_eof()
+        return resp
+
 
 class _Frames:
     def head(self) -> list[bytes]:
         return []
+
+    def calls(self, calls: Sequence[tuple[str, str]]) -> bytes:
+        raise NotImplementedError(f"ToolCalls on {type(self).__name__}")
 
     def delta(self, text: str, *, last: bool = False) -> bytes:
         raise NotImplementedError
@@ -290,6 +312,45 @@ class _GeminiFrames(_Frames):
             }
         doc = {"candidates": [candidate], "usageMetadata": usage, "modelVersion": self.model}
         return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+    def calls(self, calls: Sequence[tuple[str, str]]) -> bytes:
+        """The model's turn ends with its function calls, all in one frame."""
+        parts = [
+            {"functionCall": {"name": name, "args": orjson.loads(args)}} for name, args in calls
+        ]
+        candidate = {
+            "content": {"parts": parts, "role": "model"},
+            "finishReason": "STOP",
+            "index": 0,
+        }
+        usage = {
+            "promptTokenCount": _PROMPT_TOKENS,
+            "candidatesTokenCount": len(calls),
+            "totalTokenCount": _PROMPT_TOKENS + len(calls),
+        }
+        doc = {"candidates": [candidate], "usageMetadata": usage, "modelVersion": self.model}
+        return b"data: " + orjson.dumps(doc) + b"\n\n"
+
+
+def gemini_tool_names(body: Any) -> list[str]:
+    """The function names a recorded Gemini request offered its model, sorted."""
+    tools = body.get("tools", []) if isinstance(body, dict) else []
+    return sorted(
+        str(declaration.get("name"))
+        for tool in tools
+        for declaration in tool.get("functionDeclarations", [])
+    )
+
+
+def gemini_function_responses(body: Any) -> list[dict[str, Any]]:
+    """The `functionResponse` parts of a recorded Gemini request, oldest first."""
+    contents = body.get("contents", []) if isinstance(body, dict) else []
+    return [
+        part["functionResponse"]
+        for content in contents
+        for part in content.get("parts", [])
+        if isinstance(part, dict) and "functionResponse" in part
+    ]
 
 
 def requests_to(up: FakeUpstream, path_part: str) -> list[RecordedRequest]:

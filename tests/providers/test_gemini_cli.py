@@ -12,10 +12,11 @@ import orjson
 import pytest
 
 from olp.errors import Failure, ProviderError
-from olp.ir import Event, Finish, TextDelta, Usage
+from olp.ir import Event, Finish, TextDelta, ToolCallDelta, Usage
 from olp.providers.gemini_cli import translate
 from olp.providers.gemini_cli.events import (
     GeminiStream,
+    GeminiTools,
     classify,
     next_midnight,
     status_from_exit,
@@ -83,6 +84,103 @@ def test_system_text_replaces_geminis_system_prompt_through_a_private_file() -> 
     assert translate.child_env("Be terse.")["GEMINI_SYSTEM_MD"] == "~/.gemini/system.md"
     assert "GEMINI_SYSTEM_MD" not in translate.child_env("")
     assert translate.SYSTEM_FILE not in translate.home_files("oauth-personal", "")
+
+
+def test_bridged_tools_are_the_only_tools_and_get_a_second_turn() -> None:
+    doc = translate.settings("gemini-api-key", "http://127.0.0.1:9/secret/mcp")
+    assert doc["mcpServers"] == {"olp": {"httpUrl": "http://127.0.0.1:9/secret/mcp"}}
+    assert doc["mcp"]["allowed"] == ["olp"]
+    assert doc["tools"]["core"] == ["mcp_olp_*"]
+    assert doc["model"]["maxSessionTurns"] == 2
+    plain = translate.settings("gemini-api-key")
+    assert (plain["mcpServers"], plain["mcp"]["allowed"]) == ({}, [])
+
+
+def test_tool_names_are_the_clis() -> None:
+    assert translate.gemini_tool_name("get_weather") == "mcp_olp_get_weather"
+    long = translate.gemini_tool_name("x" * 60)
+    assert len(long) == 63 and long.startswith("mcp_olp_x") and "..." in long
+
+
+# -- tool calls -------------------------------------------------------------------------
+
+WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+
+
+def tools(retries: list[int] | None = None, *, parallel: bool = True) -> GeminiTools:
+    return GeminiTools(
+        names={"mcp_olp_get_weather": "get_weather", "mcp_olp_get_time": "get_time"},
+        schemas={"get_weather": WEATHER, "get_time": None},
+        parallel=parallel,
+        on_retry=(retries if retries is not None else []).append,
+    )
+
+
+def tool_use(name: str, args: dict[str, object], tool_id: str | None = None) -> bytes:
+    made_up = f"{name}__{name}_1796192130845_0"
+    doc = {"type": "tool_use", "tool_name": name, "tool_id": tool_id or made_up}
+    return orjson.dumps({**doc, "parameters": args})
+
+
+TOOL_RESULT = b'{"type":"tool_result","tool_id":"x","status":"error"}'
+
+
+def test_calls_are_the_answer_once_the_bridge_is_called() -> None:
+    stream = GeminiStream("gemini", tools())
+    assert stream.feed(b'{"type":"message","role":"assistant","content":"Let me","delta":true}')
+    assert stream.feed(tool_use("mcp_olp_get_weather", {"city": "Paris"}, "x__id-1")) == []
+    assert stream.feed(tool_use("mcp_olp_get_time", {"wait_for_previous": True})) == []
+    assert not stream.done  # more calls may come, until the bridge is called
+    events = stream.woken()
+    assert stream.done
+    assert events == [
+        ToolCallDelta(0, "x__id-1", "get_weather", '{"city":"Paris"}'),
+        ToolCallDelta(1, "call_1796192130845_0", "get_time", "{}"),  # not the CLI's parameter
+        Finish("tool_calls"),
+    ]
+
+
+def test_the_models_own_call_id_is_kept() -> None:
+    stream = GeminiStream("gemini", tools())
+    stream.feed(tool_use("mcp_olp_get_time", {}, "mcp_olp_get_time__fc-7"))
+    assert stream.woken()[0] == ToolCallDelta(0, "fc-7", "get_time", "{}")
+
+
+def test_parallel_tool_calls_false_answers_the_first_call() -> None:
+    stream = GeminiStream("gemini", tools(parallel=False))
+    stream.feed(tool_use("mcp_olp_get_weather", {"city": "Paris"}))
+    stream.feed(tool_use("mcp_olp_get_time", {}))
+    assert [type(e) for e in stream.woken()] == [ToolCallDelta, Finish]
+
+
+def test_a_wake_without_calls_is_nothing() -> None:
+    stream = GeminiStream("gemini", tools())
+    assert stream.woken() == [] and not stream.done
+
+
+def test_a_refused_turn_is_retried_once_then_an_error() -> None:
+    retries: list[int] = []
+    stream = GeminiStream("gemini", tools(retries))
+    stream.feed(tool_use("mcp_olp_get_weather", {"city": 75}))
+    stream.feed(tool_use("mcp_olp_get_time", {}))
+    assert stream.woken() == [] and not stream.done
+    assert retries == [1]  # the valid call is the one the bridge holds
+    assert stream.feed(TOOL_RESULT) == []  # the let-go calls' results: not a turn
+    stream.feed(tool_use("mcp_olp_launch_rockets", {}))
+    with pytest.raises(ProviderError) as info:
+        stream.feed(TOOL_RESULT)  # a tool the CLI does not have: it answers at once
+    assert info.value.failure is Failure.UPSTREAM_ERROR
+    assert "after one retry: launch_rockets: not one of the request's tools" in info.value.message
+
+
+def test_a_retried_turn_may_answer() -> None:
+    stream = GeminiStream("gemini", tools())
+    stream.feed(tool_use("mcp_olp_get_weather", {}))
+    stream.feed(TOOL_RESULT)
+    stream.feed(tool_use("mcp_olp_get_weather", {"city": "Paris"}))
+    assert stream.woken()[0] == ToolCallDelta(
+        0, "call_1796192130845_0", "get_weather", '{"city":"Paris"}'
+    )
 
 
 # -- captured runs ----------------------------------------------------------------------

@@ -21,7 +21,7 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import suppress
 from pathlib import Path
 from typing import Protocol
@@ -118,7 +118,7 @@ class CliProcess:
 
     # -- reading -----------------------------------------------------------------------
 
-    async def lines(self) -> AsyncIterator[bytes]:
+    async def lines(self) -> AsyncGenerator[bytes]:
         """Stdout lines as they come, without the newline; the last one may lack it."""
         limit = self._runner.max_line_bytes
         buf = bytearray()

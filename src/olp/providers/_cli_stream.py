@@ -18,7 +18,11 @@ and early termination the same way:
 - a translator that also has `feed_stderr` (`StderrTranslator`) sees each stderr line as
   it comes; the first error it returns ends the run at once (the child is killed);
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
-  (`Finish("length")` after content, docs/design.md §5 rule 4) or an error.
+  (`Finish("length")` after content, docs/design.md §5 rule 4) or an error;
+- with a `wake` event (`WakeTranslator`), something outside the output may make the
+  translator done without another line: the MCP bridge received a call, so the model's
+  turn is over though the CLI, waiting on the held call, prints nothing more. Each time
+  it is set, the lines already written are read first, then `woken()` gives its events.
 
 Also `cli_version()` and `credential_check()` for `health()`.
 """
@@ -26,9 +30,10 @@ Also `cli_version()` and `credential_check()` for `health()`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, Usage, is_content
@@ -38,6 +43,7 @@ from olp.providers._subprocess import CliInvocation, CliRunner
 __all__ = [
     "LineTranslator",
     "StderrTranslator",
+    "WakeTranslator",
     "cli_version",
     "credential_check",
     "exit_failure",
@@ -80,24 +86,90 @@ class StderrTranslator(Protocol):
         ...
 
 
+@runtime_checkable
+class WakeTranslator(Protocol):
+    """A translator told of a `wake` event of `stream_cli` (optional)."""
+
+    def woken(self) -> list[Event]:
+        """Events for the wake-up (may make the translator `done`). May raise."""
+        ...
+
+
+# Event-loop passes a line already in the pipe gets before a wake-up is handled: the
+# transport reads the pipe as soon as it is readable, so one or two passes deliver it.
+_SETTLE_PASSES = 3
+
+
 async def stream_cli(
-    runner: CliRunner, invocation: CliInvocation, translator: LineTranslator
+    runner: CliRunner,
+    invocation: CliInvocation,
+    translator: LineTranslator,
+    *,
+    wake: asyncio.Event | None = None,
 ) -> AsyncIterator[Event]:
+    """`wake`: see the module docstring; the translator must be a `WakeTranslator`."""
     async with runner.spawn(invocation) as proc:
         if isinstance(translator, StderrTranslator):
             proc.watch_stderr(translator.feed_stderr)
-        async for line in proc.lines():
-            events = translator.feed(line)
-            proc.answered(translator.answer_lines)
-            for event in events:
-                yield event
-                if is_content(event):
-                    proc.content_delivered()
-            if translator.done:
-                break
+        if wake is not None and not isinstance(translator, WakeTranslator):
+            raise TypeError("a wake event needs a translator with woken()")
+        async with contextlib.aclosing(_lines_or_wake(proc.lines(), wake)) as source:
+            async for line in source:
+                if line is None:
+                    assert isinstance(translator, WakeTranslator)
+                    events = translator.woken()
+                else:
+                    events = translator.feed(line)
+                proc.answered(translator.answer_lines)
+                for event in events:
+                    yield event
+                    if is_content(event):
+                        proc.content_delivered()
+                if translator.done:
+                    break
         status = None if translator.done else await proc.wait()
         for event in translator.end(status, proc.stderr_tail()):
             yield event
+
+
+async def _lines_or_wake(
+    lines: AsyncGenerator[bytes], wake: asyncio.Event | None
+) -> AsyncGenerator[bytes | None]:
+    """`lines`, and None each time `wake` is set (then cleared), lines written first."""
+    if wake is None:
+        async with contextlib.aclosing(lines):
+            async for line in lines:
+                yield line
+        return
+    next_line: asyncio.Future[bytes] | None = None
+    woken: asyncio.Future[bool] | None = None
+    try:
+        while True:
+            next_line = next_line or asyncio.ensure_future(anext(lines))
+            woken = woken or asyncio.ensure_future(wake.wait())
+            either: set[asyncio.Future[Any]] = {next_line, woken}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            for _ in range(_SETTLE_PASSES):
+                if next_line.done():
+                    break
+                await asyncio.sleep(0)
+            if next_line.done():
+                try:
+                    line = next_line.result()
+                except StopAsyncIteration:
+                    return
+                next_line = None
+                yield line
+                continue
+            wake.clear()
+            woken = None
+            yield None
+    finally:
+        for pending in (next_line, woken):
+            if pending is not None:
+                pending.cancel()
+        if next_line is None or next_line.done():  # (a cancelled read ends `lines` itself)
+            await lines.aclose()
 
 
 def salvage(usage: Usage | None) -> list[Event]:

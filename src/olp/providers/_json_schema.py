@@ -8,13 +8,13 @@ client in an error: `/n: 'four' is not of type 'integer'`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from jsonschema import Draft202012Validator, SchemaError, validators
 from jsonschema.exceptions import best_match
 
-__all__ = ["arguments_error", "schema_error"]
+__all__ = ["arguments_error", "schema_error", "without_added"]
 
 
 def schema_error(instance: Any, schema: Mapping[str, Any]) -> str | None:
@@ -38,3 +38,14 @@ def arguments_error(arguments: Any, schema: Mapping[str, Any] | None) -> str | N
     if not isinstance(arguments, dict):
         return "the arguments are not a JSON object"
     return schema_error(arguments, schema) if schema else None
+
+
+def without_added(arguments: Any, schema: Mapping[str, Any] | None, added: Collection[str]) -> Any:
+    """A call's `arguments` (decoded) without the `added` ones its tool does not declare:
+    a CLI may add parameters of its own to every tool it offers (gemini's
+    `wait_for_previous`), which are neither the client's nor checked against its schema."""
+    if not added or not isinstance(arguments, dict):
+        return arguments
+    properties = schema.get("properties") if schema else None
+    declared = properties if isinstance(properties, Mapping) else {}
+    return {k: v for k, v in arguments.items() if k not in added or k in declared}

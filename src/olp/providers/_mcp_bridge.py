@@ -16,10 +16,14 @@ its only one:
 - The bridge never runs a tool. The provider reads the model's tool calls off the CLI's
   own output, answers the client with them and ends the child; a call that reaches the
   bridge meanwhile is held until the run ends, so the CLI cannot move on to another turn.
+- `called` is set when a call of the model's current turn reaches the bridge: for a CLI
+  that calls tools only once the model's turn is over (gemini), the turn's calls are then
+  all on its output.
 - A call whose arguments do not match the tool's schema is answered at once with the
-  problem. The provider, which checks the same, then does not answer the client with that
-  turn but `retry_turn()`s it: the turn's other calls are let go (held ones now, late ones
-  on arrival), the CLI hands the model the errors, and it may call again.
+  problem (parameters the CLI adds to every tool, `added`, are not checked). The
+  provider, which checks the same, then does not answer the client with that turn but
+  `retry_turn()`s it: the turn's other calls are let go (held ones now, late ones on
+  arrival), the CLI hands the model the errors, and it may call again.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import asyncio
 import contextlib
 import secrets
 import socket
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Collection, Iterator, Sequence
 from typing import Any
 
 import mcp.types as mcp_types
@@ -40,7 +44,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from olp.errors import Failure, ProviderError
 from olp.ir import Tool
 from olp.observability import event_logger
-from olp.providers._json_schema import arguments_error
+from olp.providers._json_schema import arguments_error, without_added
 
 __all__ = ["BridgedRun", "ToolBridge"]
 
@@ -58,11 +62,14 @@ _STARTUP_S = 5.0
 class BridgedRun:
     """One CLI run's MCP server: the tools it lists, the calls it holds."""
 
-    def __init__(self, tools: Sequence[Tool]) -> None:
+    def __init__(self, tools: Sequence[Tool], added: Collection[str] = ()) -> None:
         self.tools = [_mcp_tool(tool) for tool in tools]
         self._schemas = {tool.name: tool.parameters for tool in tools}
+        self._added = added
         self.calls: list[str] = []
         self.ended = asyncio.Event()
+        # Set by each call of the current turn (not by a late call of a retried one).
+        self.called = asyncio.Event()
         self.url = ""
         # Set (and replaced) by `retry_turn()`: the held calls of that turn go.
         self._let_go = asyncio.Event()
@@ -110,7 +117,10 @@ class BridgedRun:
             self._owed -= 1
         else:
             self._turn_calls += 1
-        problem = arguments_error(params.arguments or {}, self._schemas.get(params.name))
+            self.called.set()
+        schema = self._schemas.get(params.name)
+        arguments = without_added(params.arguments or {}, schema, self._added)
+        problem = arguments_error(arguments, schema)
         if problem is not None:
             return _error(_RETRY.format(name=params.name, problem=problem))
         if late:
@@ -158,13 +168,16 @@ class ToolBridge:
         self._lock = asyncio.Lock()
 
     @contextlib.asynccontextmanager
-    async def serve(self, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
-        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs.
+    async def serve(
+        self, tools: Sequence[Tool], added: Collection[str] = ()
+    ) -> AsyncIterator[BridgedRun]:
+        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs;
+        `added`: parameters the CLI adds to every tool (left out of the schema check).
 
         Raises `ProviderError` (SPAWN_FAILED) if the bridge cannot start.
         """
         port = await self._listening()
-        run = BridgedRun(tools)
+        run = BridgedRun(tools, added)
         secret = secrets.token_urlsafe(24)
         host = asyncio.create_task(run.host())
         self._hosts.add(host)

@@ -13,11 +13,23 @@ exhausted" is RATE_LIMITED, while a per-day quota ("… requests per day", "exha
 daily quota") is QUOTA_EXHAUSTED until the next midnight Pacific time (when Google resets
 daily quotas; UTC when the text says so), and "… reset after 1h2m3s" gives its own time.
 An error result is not final until the exit status is known, so reading goes on to EOF.
+
+With client tools bridged (`GeminiTools`), each call of the model is a
+`{"type": "tool_use", "tool_name": "mcp_olp_<name>", "tool_id", "parameters"}` line,
+written as the model's answer streams in; the CLI calls the tools only once the model's
+turn is over, so its turn is whole when the MCP bridge gets a call (`woken()`) or the CLI
+prints the first `tool_result` (a call the bridge never saw: no such tool). Then its calls
+are the answer — `ToolCallDelta`s under the client's names, `Finish("tool_calls")` — or,
+if one is of no tool of the request or off its tool's schema, the turn is retried once
+(`on_retry`: the bridge lets the held calls go, the CLI hands the model the errors and
+runs its second turn); a second such turn is an error.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -25,10 +37,19 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import orjson
 
 from olp.errors import Failure, ProviderError
-from olp.ir import Event, Finish, TextDelta, Usage
+from olp.ir import Event, Finish, TextDelta, ToolCall, ToolCallDelta, Usage
+from olp.providers._json_schema import arguments_error, without_added
 from olp.providers._lenient import count
+from olp.providers.gemini_cli.translate import ADDED_PARAMETERS, TOOL_PREFIX
 
-__all__ = ["GeminiStream", "classify", "next_midnight", "status_from_exit", "usage_from_stats"]
+__all__ = [
+    "GeminiStream",
+    "GeminiTools",
+    "classify",
+    "next_midnight",
+    "status_from_exit",
+    "usage_from_stats",
+]
 
 # Exit status → the HTTP status it was truncated from (status & 0xFF).
 _EXIT_STATUS = {
@@ -49,10 +70,26 @@ _UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
 _PACIFIC = "America/Los_Angeles"
 
 
-class GeminiStream:
-    """One `gemini -p` run's stdout, line by line (`LineTranslator`-shaped)."""
+@dataclass(frozen=True, slots=True)
+class GeminiTools:
+    """The client tools a run bridges, as the CLI's model knows them.
 
-    def __init__(self, provider: str) -> None:
+    `names`: the CLI's name of each tool → the client's; `schemas`: each tool's parameters
+    by the client's name; `parallel=False`: only a turn's first call is answered (nothing
+    tells the model to make one); `on_retry(calls)`: the bridge's `retry_turn`.
+    """
+
+    names: Mapping[str, str]
+    schemas: Mapping[str, Mapping[str, Any] | None]
+    parallel: bool = True
+    on_retry: Callable[[int], None] = field(default=lambda calls: None)
+
+
+class GeminiStream:
+    """One `gemini -p` run's stdout, line by line (`LineTranslator`- and
+    `WakeTranslator`-shaped)."""
+
+    def __init__(self, provider: str, tools: GeminiTools | None = None) -> None:
         self.provider = provider
         self.done = False
         # See `LineTranslator.answer_lines`: not `init` or the echoed user message.
@@ -60,6 +97,10 @@ class GeminiStream:
         self._content = False
         self._usage: Usage | None = None
         self._error: str | None = None
+        self._tools = tools
+        # This turn's calls: (the CLI's tool name, the call) in order.
+        self._calls: list[tuple[str, ToolCall]] = []
+        self._complaint: str | None = None  # why the first turn's calls were refused
 
     def feed(self, line: bytes) -> list[Event]:
         try:
@@ -78,10 +119,45 @@ class GeminiStream:
             if isinstance(content, str) and content and not (whole and self._content):
                 self._content = True
                 return [TextDelta(content)]
+        elif kind == "tool_use" and self._tools is not None:
+            self._calls.append(_tool_call(event, len(self._calls)))
+        elif kind == "tool_result" and self._calls:
+            return self._turn_over()
         elif kind == "result":
             return self._result(event)
         elif kind == "error" and self._error is None:
             self._error = _message(event)
+        return []
+
+    def woken(self) -> list[Event]:
+        """The MCP bridge got a call: the model's turn is over (if it made calls)."""
+        return self._turn_over() if self._calls and not self.done else []
+
+    def _turn_over(self) -> list[Event]:
+        tools = self._tools
+        assert tools is not None
+        made, self._calls = self._calls, []
+        checked = [_client_call(name, call, tools) for name, call in made]
+        calls = [call for call, _ in checked if call is not None]
+        problem = next((problem for _, problem in checked if problem is not None), None)
+        if problem is None:
+            self.done = True
+            answered = calls if tools.parallel else calls[:1]
+            deltas: list[Event] = [
+                ToolCallDelta(index, call.id, call.name, call.arguments)
+                for index, call in enumerate(answered)
+            ]
+            return [*deltas, Finish("tool_calls")]
+        if self._complaint is not None:
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                f"gemini: the model's tool call is invalid (after one retry: {problem})",
+                provider=self.provider,
+            )
+        self._complaint = problem
+        # The CLI checks the arguments against the tool's schema itself: only the calls
+        # that pass reach the bridge (and are held there).
+        tools.on_retry(len(calls))
         return []
 
     def _result(self, event: dict[str, Any]) -> list[Event]:
@@ -102,6 +178,39 @@ class GeminiStream:
 
     def _tail(self) -> list[Event]:
         return [self._usage] if self._usage is not None else []
+
+
+def _tool_call(event: dict[str, Any], index: int) -> tuple[str, ToolCall]:
+    """A `tool_use` line: the CLI's tool name, and the call (under that name for now)."""
+    name = str(event.get("tool_name") or "")
+    raw_id = event.get("tool_id")
+    call_id = _call_id(name, raw_id) if isinstance(raw_id, str) else f"call_{index}"
+    arguments = event.get("parameters")
+    text = orjson.dumps(arguments if isinstance(arguments, dict) else {}).decode()
+    return name, ToolCall(call_id, name, text)
+
+
+def _call_id(name: str, tool_id: str) -> str:
+    """The call's id: the model's own (the CLI writes `<tool>__<id>`), or, where the
+    model gave none and the CLI made one up (`<tool>_<ms>_<n>`), `call_<ms>_<n>`."""
+    raw = tool_id.removeprefix(f"{name}__")
+    made_up = raw.removeprefix(f"{name}_")
+    return f"call_{made_up}" if made_up != raw else raw
+
+
+def _client_call(
+    name: str, call: ToolCall, tools: GeminiTools
+) -> tuple[ToolCall | None, str | None]:
+    """The call under the client's tool name, or why it cannot be the answer."""
+    client = tools.names.get(name)
+    if client is None:
+        return None, f"{name.removeprefix(TOOL_PREFIX)}: not one of the request's tools"
+    schema = tools.schemas.get(client)
+    arguments = without_added(orjson.loads(call.arguments), schema, ADDED_PARAMETERS)
+    problem = arguments_error(arguments, schema)
+    if problem is not None:
+        return None, f"{client}: {problem}"
+    return ToolCall(call.id, client, orjson.dumps(arguments).decode()), None
 
 
 def _message(event: dict[str, Any]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
@@ -12,11 +13,18 @@ from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, seria
 from olp.providers._subprocess import CliInvocation
 from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.gemini_cli import translate
-from olp.providers.gemini_cli.events import GeminiStream
+from olp.providers.gemini_cli.events import GeminiStream, GeminiTools
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = ["DROPS", "GeminiCliProvider"]
 
-DROPS = (*COMMON_CLI_DROPS, "max_tokens", "images")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (*(d for d in COMMON_CLI_DROPS if not d.startswith("tool")), "max_tokens", "images")
+# Passed on with client tools bridged (tool_choice none: the tools are not offered;
+# parallel_tool_calls false: only the first call is answered).
+_HONOURED_WITH_TOOLS = frozenset({"tools", "tool_choice", "parallel_tool_calls"})
 _KEY_VARS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 
 
@@ -31,23 +39,44 @@ class GeminiCliProvider(CliProvider):
             config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._auth = translate.auth_type(config.env)
-        self.capabilities = self._capabilities(DROPS)
+        self.capabilities = self._capabilities(DROPS, tool_choices=frozenset({"auto", "none"}))
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         request = self._with_system_prompt(request)
-        cli = serialise(request)
+        if not translate.bridges_tools(request):
+            async for event in self._run(request, None):
+                yield event
+            return
+        bridge = await self._tool_bridge()
+        async with bridge.serve(request.tools, translate.ADDED_PARAMETERS) as run:
+            async for event in self._run(request, run):
+                yield event
+
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+        cli = serialise(request, honoured=_HONOURED_WITH_TOOLS if request.tools else frozenset())
         # Never Gemini CLI's own coding-agent prompt: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT
         invocation = CliInvocation(
             args=translate.argv(request.model),
             stdin=cli.prompt.encode(),
             env=translate.child_env(system),
-            home_files=translate.home_files(self._auth, system),
+            home_files=translate.home_files(self._auth, system, run.url if run else None),
             credentials=tuple((f, f) for f in translate.CREDENTIAL_FILES)
             if self._auth == "oauth-personal"
             else (),
         )
-        async for event in stream_cli(self._runner, invocation, GeminiStream(self.name)):
+        if run is None:
+            translator = GeminiStream(self.name)
+        else:
+            tools = GeminiTools(
+                names={translate.gemini_tool_name(tool.name): tool.name for tool in request.tools},
+                schemas={tool.name: tool.parameters for tool in request.tools},
+                parallel=request.parallel_tool_calls is not False,
+                on_retry=run.retry_turn,
+            )
+            translator = GeminiStream(self.name, tools)
+        wake = None if run is None else run.called
+        async for event in stream_cli(self._runner, invocation, translator, wake=wake):
             yield event
 
     async def health(self) -> ProviderHealth:

@@ -10,7 +10,14 @@ its whole configuration:
   CLI: one upstream request, and the error at once;
 - no tools (`tools.core = ["__none__"]`), no MCP servers, one turn
   (`model.maxSessionTurns = 1`), no folder-trust prompt, telemetry, usage statistics and
-  auto-update off.
+  auto-update off;
+- or, with the request's client tools bridged (`bridges_tools`), OLP's MCP bridge as the
+  only MCP server (`mcpServers.olp.httpUrl`), and its tools as the only ones: the CLI
+  names them `mcp_olp_<name>` (`gemini_tool_name`), and `tools.core = ["mcp_olp_*"]` is
+  the policy's allow-list (every other tool, built-in or not, is denied and not even
+  declared to the model), which also lets a headless run call them without asking. Two
+  turns (`model.maxSessionTurns = 2`): a call the bridge refuses for its arguments goes
+  back to the model once.
 The prompt goes on stdin (`-p ""`: stdin is appended to the empty `-p` text). The
 request's system text replaces Gemini's own system prompt through `GEMINI_SYSTEM_MD`
 (a file in the private home; `~/` is expanded by the CLI).
@@ -18,12 +25,16 @@ request's system text replaces Gemini's own system prompt through `GEMINI_SYSTEM
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
+from olp.ir import ChatRequest
+
 __all__ = [
+    "ADDED_PARAMETERS",
     "CREDENTIAL_FILES",
     "DEFAULT_COMMAND",
     "INSTALL_HINT",
@@ -32,7 +43,9 @@ __all__ = [
     "SYSTEM_FILE",
     "argv",
     "auth_type",
+    "bridges_tools",
     "child_env",
+    "gemini_tool_name",
     "home_files",
     "settings",
 ]
@@ -45,6 +58,17 @@ SETTINGS_FILE = ".gemini/settings.json"
 SYSTEM_FILE = ".gemini/system.md"
 # The Google login (`gemini` → "Login with Google"), linked read-only.
 CREDENTIAL_FILES = (".gemini/oauth_creds.json", ".gemini/google_accounts.json")
+# The bridge's name in the CLI's settings; the CLI calls its tools mcp_<server>_<tool>.
+MCP_SERVER = "olp"
+TOOL_PREFIX = f"mcp_{MCP_SERVER}_"
+# A parameter the CLI adds to every tool it declares (true: run after the turn's earlier
+# calls); not the client's, so it is dropped from the calls (unless the tool has its own).
+ADDED_PARAMETERS = ("wait_for_previous",)
+# The CLI's limit on a function name (it shortens a longer one) and what it replaces.
+_NAME_LIMIT = 63
+_NOT_IN_NAME = re.compile(r"[^a-zA-Z0-9_\-.:]")
+# A call refused for its arguments goes back to the model once: that try is the second turn.
+_CHECKED_TURNS = 2
 _API_KEY_VARS = ("GEMINI_API_KEY",)
 _VERTEX_VARS = ("GOOGLE_GENAI_USE_VERTEXAI",)
 
@@ -62,7 +86,21 @@ def argv(model: str) -> tuple[str, ...]:
     return ("-p", "", "--output-format", "stream-json", f"--model={model}")
 
 
-def settings(auth: str) -> dict[str, Any]:
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def gemini_tool_name(name: str) -> str:
+    """What the CLI calls the bridge's tool `name` (its model sees and calls this name)."""
+    valid = _NOT_IN_NAME.sub("_", TOOL_PREFIX + name)
+    return valid if len(valid) <= _NAME_LIMIT else f"{valid[:30]}...{valid[-30:]}"
+
+
+def settings(auth: str, mcp_url: str | None = None) -> dict[str, Any]:
+    """`mcp_url`: the MCP bridge serving the request's tools, if they are bridged."""
+    tools = {"core": [TOOL_PREFIX + "*"] if mcp_url else ["__none__"]}
+    servers = {MCP_SERVER: {"httpUrl": mcp_url}} if mcp_url else {}
     return {
         "security": {"auth": {"selectedType": auth}, "folderTrust": {"enabled": False}},
         "general": {
@@ -73,14 +111,16 @@ def settings(auth: str) -> dict[str, Any]:
         },
         "privacy": {"usageStatisticsEnabled": False},
         "telemetry": {"enabled": False},
-        "tools": {"core": ["__none__"]},
-        "mcpServers": {},
-        "model": {"maxSessionTurns": 1},
+        "tools": tools,
+        "mcpServers": servers,
+        "mcp": {"allowed": list(servers)},
+        "model": {"maxSessionTurns": _CHECKED_TURNS if mcp_url else 1},
     }
 
 
-def home_files(auth: str, system: str) -> dict[str, bytes]:
-    files = {SETTINGS_FILE: orjson.dumps(settings(auth), option=orjson.OPT_INDENT_2)}
+def home_files(auth: str, system: str, mcp_url: str | None = None) -> dict[str, bytes]:
+    document = settings(auth, mcp_url)
+    files = {SETTINGS_FILE: orjson.dumps(document, option=orjson.OPT_INDENT_2)}
     if system:
         files[SYSTEM_FILE] = system.encode()
     return files
