@@ -332,7 +332,9 @@ class UpstreamCall:
         while not self._eof:
             chunk = await self._read()
             try:
-                messages = decoder.feed(chunk) if chunk else decoder.flush()
+                messages = decoder.feed(chunk) if chunk else []
+                if self._eof:
+                    messages += decoder.flush()
             except ValueError as exc:
                 raise ProviderError(
                     Failure.UPSTREAM_ERROR,
@@ -381,14 +383,17 @@ class UpstreamCall:
                     raise self._timed_out(step_at) from exc
                 raise
         self._first_at = None
-        if not chunk:
+        # The end is known as soon as the last chunk is read (a body with a length usually
+        # ends in that chunk): no further read, and no further deadline, is needed.
+        if not chunk or self._response().content.at_eof():
             self._eof = True
         return chunk
 
     async def _read_capped(self, cap: int, *, truncate: bool) -> bytes:
         parts: list[bytes] = []
         size = 0
-        while chunk := await self._read():
+        while not self._eof:
+            chunk = await self._read()
             size += len(chunk)
             if size > cap:
                 if truncate:
