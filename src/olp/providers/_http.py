@@ -331,19 +331,21 @@ class UpstreamCall:
             decoder = self._decoder = SSEDecoder(SSE_LINE_CAP)
         while not self._eof:
             chunk = await self._read()
-            try:
-                messages = decoder.feed(chunk) if chunk else []
-                if self._eof:
-                    messages += decoder.flush()
-            except ValueError as exc:
-                raise ProviderError(
-                    Failure.UPSTREAM_ERROR,
-                    f"upstream sent an SSE line over {SSE_LINE_CAP // 1024} KiB",
-                    provider=self._client.name,
-                ) from exc
-            if messages:
+            if messages := self._decode(decoder, chunk):
                 return messages
         return None
+
+    def _decode(self, decoder: SSEDecoder, chunk: bytes) -> list[SSEMessage]:
+        """The messages `chunk` completes, and at the end of the body the last one."""
+        try:
+            messages = decoder.feed(chunk) if chunk else []
+            return messages + decoder.flush() if self._eof else messages
+        except ValueError as exc:
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                f"upstream sent an SSE line over {SSE_LINE_CAP // 1024} KiB",
+                provider=self._client.name,
+            ) from exc
 
     async def finish(self) -> None:
         """The terminal event arrived: take the end of the body so the connection is reused.
