@@ -108,5 +108,7 @@ def header_value(value: str) -> bytes:
     Every header built from request or upstream data goes through here: a raw control
     character would make the server drop the response, and CR/LF would forge headers.
     """
+    if value.isascii() and value.isprintable():  # (nearly always: nothing to escape)
+        return value.encode()
     raw = value.encode("ascii", "backslashreplace")
     return _CONTROL.sub(lambda m: b"\\x%02x" % m[0][0], raw)
