@@ -14,7 +14,10 @@ Notifications used (captured from codex 0.171, see tests/fixtures/cli/codex/):
   `willRetry` is false. A `willRetry` notice that the connection failed ("Reconnecting...
   waiting for network") fails at once as TRANSPORT: Codex would wait for the network
   forever, retry knobs or not;
-- `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot.
+- `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot;
+- with client tools bridged (`tools`): `rawResponseItem/completed` and
+  `rawResponse/completed{usage}` → the model's tool calls (`tool_calls.ToolCallReader`),
+  then the turn ends with Finish("tool_calls") without waiting for `turn/completed`.
 Salvage (docs/design.md §5 rule 4): an error after content ends the answer with
 Finish("length") instead of failing the hop.
 """
@@ -30,6 +33,7 @@ from olp.ir import Event, Finish, ReasoningDelta, TextDelta, Usage
 from olp.providers._lenient import count
 from olp.providers.base import QuotaSnapshot
 from olp.providers.codex_cli import failures, translate
+from olp.providers.codex_cli.tool_calls import ToolCallReader
 from olp.providers.codex_cli.translate import RpcId
 
 __all__ = ["AppServerTurn", "quota_from_rate_limits", "usage_from"]
@@ -42,8 +46,14 @@ class AppServerTurn:
     """One request's conversation with one `codex app-server` process."""
 
     def __init__(
-        self, provider: str, model: str, prompt: str, images: tuple[str, ...] = ()
+        self,
+        provider: str,
+        model: str,
+        prompt: str,
+        images: tuple[str, ...] = (),
+        tools: ToolCallReader | None = None,
     ) -> None:
+        """`tools`: the run bridges client tools, whose calls it reads (raw events)."""
         self.provider = provider
         self._model = model
         self._prompt = prompt
@@ -58,10 +68,13 @@ class AppServerTurn:
         self._usage: Usage | None = None
         self._content = False
         self._item: str | None = None  # the agent message being streamed
+        self._tools = tools
+        # Of a bridged run: the summed usage of its model responses so far.
+        self._raw_usage: dict[str, int] = {}
 
     def opening(self) -> bytes:
         """What to write to stdin at spawn time."""
-        return translate.initialize()
+        return translate.initialize(raw_events=self._tools is not None)
 
     def feed(self, line: bytes) -> tuple[list[Event], bytes]:
         """Events for one stdout line, and the bytes to write back (may be empty)."""
@@ -107,7 +120,10 @@ class AppServerTurn:
             )
         result = msg.get("result") or {}
         if msg.get("id") == RpcId.INITIALIZE:
-            return translate.initialized() + translate.thread_start(self._model)
+            raw_events = self._tools is not None
+            return translate.initialized() + translate.thread_start(
+                self._model, raw_events=raw_events
+            )
         if msg.get("id") == RpcId.THREAD_START:
             thread = result.get("thread") if isinstance(result, dict) else None
             thread_id = thread.get("id") if isinstance(thread, dict) else None
@@ -130,6 +146,8 @@ class AppServerTurn:
             self.answer_lines += 1
         if method == "item/agentMessage/delta":
             return self._text(params)
+        if self._tools is not None and method.startswith("rawResponse"):
+            return self._raw(method, params)
         if method in _REASONING:
             delta = params.get("delta")
             return [ReasoningDelta(delta)] if isinstance(delta, str) and delta else []
@@ -156,6 +174,30 @@ class AppServerTurn:
         self._content = True
         events.append(TextDelta(delta))
         return events
+
+    def _raw(self, method: str, params: dict[str, Any]) -> list[Event]:
+        """A bridged run's raw events: the model's calls, and the end of each response."""
+        assert self._tools is not None
+        if method == "rawResponseItem/completed":
+            if self._tools.item(params.get("item")):
+                self.answer_lines += 1
+            return []
+        if method != "rawResponse/completed":
+            return []
+        self.answer_lines += 1
+        usage = params.get("usage")
+        if isinstance(usage, dict):
+            for key, value in usage.items():
+                self._raw_usage[key] = self._raw_usage.get(key, 0) + count(value)
+        try:
+            calls = self._tools.response_completed()
+        except ProviderError as exc:
+            return self._fail(exc)
+        if not calls:
+            return []
+        self.done = True
+        usage_total = usage_from({"total": self._raw_usage})
+        return [*calls, *([usage_total] if usage_total else []), Finish("tool_calls")]
 
     def _error(self, params: dict[str, Any]) -> list[Event]:
         error = params.get("error") or {}
