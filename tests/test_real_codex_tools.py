@@ -10,6 +10,7 @@ result. No Codex process may outlive a request (the process table is read after 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -20,6 +21,8 @@ from typing import Any
 import openai
 import pytest
 
+from olp.config.model import ProviderConfig
+from olp.providers.codex_cli import CodexCliProvider
 from real_cli import RealCli, real_cli
 from real_cli_chat import real_cli_config
 
@@ -289,3 +292,14 @@ def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
     assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
     assert len(model_requests(responses)) == 2
     assert no_codex_left(codex)
+
+
+def test_doctor_says_codex_takes_client_tools(codex: RealCli) -> None:
+    env = {"PATH": codex.path, "OPENAI_API_KEY": "sk-fake-codex"}
+    provider = CodexCliProvider(
+        ProviderConfig("codex", "codex-cli", command=str(codex.command), env=env)
+    )
+    health = asyncio.run(provider.health())
+    assert health.ok, health
+    assert health.checks[-1] == "client tools: yes, over MCP (tool_choice: auto, none)"
+    assert "tools (client-side function calling)" not in provider.capabilities.drops

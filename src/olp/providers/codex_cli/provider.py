@@ -140,6 +140,8 @@ class CodexCliProvider(CliProvider):
         status, said = await self._login_status()
         checks.append(f"login: {said or 'unknown'}")
         ok = status == 0
+        if ok:
+            checks.append(self._tools_check())
         return ProviderHealth(ok=ok, checks=tuple(checks), fix=None if ok else translate.LOGIN_HINT)
 
     def _key_health(self, checks: list[str]) -> ProviderHealth:
@@ -150,6 +152,8 @@ class CodexCliProvider(CliProvider):
         checks.append(
             f"credentials: {key} " + ("set in the provider's env" if has_key else "missing")
         )
+        if has_key:
+            checks.append(self._tools_check())
         fix = (
             None if has_key else f'set providers.{self.name}.env.{key} to "${{YOUR_KEY_VARIABLE}}"'
         )
