@@ -11,13 +11,16 @@ result. No Codex process may outlive a request (the process table is read after 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -32,7 +35,7 @@ from fakes.responses_gemini_upstream import (
     requests_to,
     tool_outputs,
 )
-from fakes.upstream import FakeUpstream, Text, ToolCalls
+from fakes.upstream import FakeUpstream, Hang, Text, ToolCalls
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -76,15 +79,22 @@ def responses() -> Iterator[ResponsesGeminiUpstream]:
         yield up
 
 
-@pytest.fixture
-def olp(
-    tmp_path: Path, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
-) -> Iterator[ThreadServer]:
+def config(
+    codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+) -> dict[str, Any]:
+    """Chain `chat`: the real CLI, then `beta`; chain `solo`: the real CLI alone."""
     beta.script(*[Text("from beta")] * 4)
     env = {"OPENAI_BASE_URL": responses.openai_base_url, "OPENAI_API_KEY": "sk-fake-codex"}
     conf = real_cli_config("codex", codex, env, beta, provider={"warm": 0})
     conf["routing"]["chains"]["solo"] = [{"provider": "real", "model": codex.model}]
-    with olp_server(tmp_path, conf) as server:
+    return conf
+
+
+@pytest.fixture
+def olp(
+    tmp_path: Path, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+) -> Iterator[ThreadServer]:
+    with olp_server(tmp_path, config(codex, responses, beta)) as server:
         yield server
     assert codex_processes(codex) == []  # shutdown left none either
 
@@ -159,6 +169,7 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     [namespace] = [t for t in offered.json["tools"] if t["type"] == "namespace"]
     schemas = {t["name"]: t["parameters"] for t in namespace["tools"]}
     assert schemas["get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert "skills_instructions" not in json.dumps(offered.json["input"])
     assert no_codex_left(codex)  # the run ended with the answer: nothing waits
 
     follow_up = [
@@ -303,3 +314,57 @@ def test_doctor_says_codex_takes_client_tools(codex: RealCli) -> None:
     assert health.ok, health
     assert health.checks[-1] == "client tools: yes, over MCP (tool_choice: auto, none)"
     assert "tools (client-side function calling)" not in provider.capabilities.drops
+
+
+BODY = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
+HEADERS = {"authorization": f"Bearer {OWNER_TOKEN}"}
+
+
+def test_a_client_that_leaves_mid_run_leaves_no_process(
+    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+) -> None:
+    responses.script(Hang(60))
+    http = httpx.Client(timeout=60)
+
+    def leave_early() -> None:
+        with (
+            pytest.raises(httpx.ReadTimeout),
+            http.stream(
+                "POST",
+                f"{olp.base_url}/v1/chat/completions",
+                json=BODY,
+                headers=HEADERS,
+                timeout=httpx.Timeout(60, read=8),
+            ) as resp,
+        ):
+            for _ in resp.iter_bytes():
+                pass
+
+    thread = threading.Thread(target=leave_early)
+    thread.start()
+    assert responses.wait_for(lambda: responses.calls == 1, timeout=30)
+    assert codex_processes(codex)  # running, waiting on the upstream
+    thread.join(30)
+    http.close()
+    assert no_codex_left(codex, within_s=15)
+
+
+def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
+    tmp_path: Path, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+) -> None:
+    responses.script(Hang(60))
+
+    def ask(server: ThreadServer) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(
+                f"{server.base_url}/v1/chat/completions", json=BODY, headers=HEADERS, timeout=60
+            )
+
+    with olp_server(tmp_path, config(codex, responses, beta)) as server:
+        thread = threading.Thread(target=ask, args=(server,))
+        thread.start()
+        assert responses.wait_for(lambda: responses.calls == 1, timeout=30)
+        assert codex_processes(codex)
+    # Leaving the block shut OLP down with the CLI waiting on the upstream.
+    assert no_codex_left(codex, within_s=15)
+    thread.join(30)

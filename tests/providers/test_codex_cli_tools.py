@@ -72,8 +72,10 @@ def test_a_run_without_tools_has_no_mcp_server_and_codexs_own_catalogue() -> Non
     assert "mcp_servers" not in doc and "model_catalog_json" not in doc
 
 
-def test_no_run_offers_request_user_input_or_view_image() -> None:
-    assert config(None)["tools"] == {"experimental_request_user_input": {"enabled": False}}
+def test_no_run_offers_request_user_input_view_image_or_codexs_skills() -> None:
+    doc = config(None)
+    assert doc["tools"] == {"experimental_request_user_input": {"enabled": False}}
+    assert doc["skills"] == {"bundled": {"enabled": False}}
     assert "view_image" in translate.argv()
 
 

@@ -6,9 +6,9 @@ reports structured errors and rate limits).
 
 The private `$CODEX_HOME` (the child's `~/.codex`) gets a fresh `config.toml` per spawn:
 - approval `never`, read-only sandbox, every optional feature that could reach the
-  network or the owner's files off (`FEATURES_OFF`), web search off, analytics and
-  OpenTelemetry off (otherwise a 5 s stall exporting at exit), no update check, no
-  project docs;
+  network or the owner's files off (`FEATURES_OFF`), web search, `request_user_input`
+  and the bundled skills off, analytics and OpenTelemetry off (otherwise a 5 s stall
+  exporting at exit), no update check, no project docs;
 - when the owner points the provider at an OpenAI-compatible Responses upstream through
   its `env` (`OPENAI_BASE_URL`, or just an `OPENAI_API_KEY`), a custom model provider
   `olp` with Codex's own retries off (`request_max_retries = 0`, `stream_max_retries = 0`)
@@ -186,6 +186,11 @@ def config_toml(
         "",
         # A question for a user nobody is there to answer (it would be declined).
         "[tools.experimental_request_user_input]",
+        "enabled = false",
+        "",
+        # Codex's bundled skills (image generation, its own docs, a skill installer) are
+        # otherwise described to the model in every request, files to read included.
+        "[skills.bundled]",
         "enabled = false",
         "",
         "[analytics]",
