@@ -368,3 +368,71 @@ def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
     # Leaving the block shut OLP down with the CLI waiting on the upstream.
     assert no_codex_left(codex, within_s=15)
     thread.join(30)
+
+
+# -- structured output --------------------------------------------------------------------
+
+SUM_SCHEMA = {
+    "type": "object",
+    "properties": {"n": {"type": "integer"}},
+    "required": ["n"],
+    "additionalProperties": False,
+}
+ADD = [{"role": "user", "content": "2+2 as n"}]
+
+
+def strict_sum(strict: bool) -> Any:
+    return {
+        "type": "json_schema",
+        "json_schema": {"name": "sum", "schema": SUM_SCHEMA, "strict": strict},
+    }
+
+
+def test_a_strict_json_schema_is_codexs_output_schema_and_the_answer_is_checked(
+    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+) -> None:
+    responses.script(Text('{"n": 4}'))
+    stream = client(olp).chat.completions.create(
+        model="chat",
+        messages=ADD,
+        response_format=strict_sum(True),
+        stream=True,  # type: ignore[arg-type]
+    )
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert json.loads(text) == {"n": 4}
+    [request] = model_requests(responses)
+    assert request.json["text"]["format"]["type"] == "json_schema"
+    assert request.json["text"]["format"]["schema"] == SUM_SCHEMA
+    assert "Respond with a single valid JSON" not in json.dumps(request.json)
+    assert no_codex_left(codex)
+
+
+def test_an_answer_off_the_schema_is_an_error_that_says_so(
+    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+) -> None:
+    responses.script(Text('{"n": "four"}'))
+    with pytest.raises(openai.APIStatusError) as caught:
+        client(olp).chat.completions.create(
+            model="solo",
+            messages=ADD,
+            response_format=strict_sum(True),  # type: ignore[arg-type]
+        )
+    message = str(caught.value.body)
+    assert "does not match the response_format schema" in message
+    assert "'four' is not of type 'integer'" in message
+    assert no_codex_left(codex)
+
+
+def test_a_schema_that_is_not_strict_stays_an_instruction(
+    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+) -> None:
+    responses.script(Text('{"n": 4}'))
+    answer = client(olp).chat.completions.create(
+        model="chat",
+        messages=ADD,
+        response_format=strict_sum(False),  # type: ignore[arg-type]
+    )
+    assert json.loads(answer.choices[0].message.content or "") == {"n": 4}
+    [request] = model_requests(responses)
+    assert "format" not in request.json.get("text", {})
+    assert "Respond with a single valid JSON object that conforms" in json.dumps(request.json)

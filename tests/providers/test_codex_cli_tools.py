@@ -13,7 +13,17 @@ import orjson
 import pytest
 
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, Message, Tool, ToolCallDelta, Usage
+from olp.ir import (
+    ChatRequest,
+    Event,
+    Finish,
+    Message,
+    ResponseFormat,
+    TextDelta,
+    Tool,
+    ToolCallDelta,
+    Usage,
+)
 from olp.providers.codex_cli import translate
 from olp.providers.codex_cli.events import AppServerTurn
 from olp.providers.codex_cli.tool_calls import ToolCallReader
@@ -180,3 +190,35 @@ def test_a_response_without_calls_and_other_items_are_not_the_answer() -> None:
     assert not reader.item({"type": "message", "role": "assistant", "content": []})
     assert not reader.item("not an item")
     assert reader.response_completed() == []
+
+
+# -- structured output ---------------------------------------------------------------------
+
+
+def with_format(kind: str, spec: dict[str, Any] | None) -> ChatRequest:
+    return ChatRequest(
+        model="m",
+        messages=(Message("user", "hi"),),
+        response_format=ResponseFormat(kind, spec),  # type: ignore[arg-type]
+    )
+
+
+def test_only_a_strict_json_schema_becomes_the_output_schema() -> None:
+    schema = SCHEMAS["get_time"]
+    strict = with_format("json_schema", {"name": "t", "schema": schema, "strict": True})
+    assert translate.output_schema(strict) == schema
+    loose = with_format("json_schema", {"name": "t", "schema": schema})
+    assert translate.output_schema(loose) is None
+    assert translate.output_schema(with_format("json_object", None)) is None
+    sent = orjson.loads(translate.turn_start("t1", "hi", (), schema))["params"]
+    assert sent["outputSchema"] == schema
+    assert "outputSchema" not in orjson.loads(translate.turn_start("t1", "hi"))["params"]
+
+
+def test_an_answer_held_for_a_schema_that_is_not_json_is_an_error() -> None:
+    turn = AppServerTurn("codex", "gpt-5.5", "What is 2+2?", schema=SCHEMAS["get_time"])
+    *body, completed = (FIXTURES / "app_server_olp_success.jsonl").read_bytes().splitlines()
+    events = [event for line in body for event in turn.feed(line)[0]]
+    assert not any(isinstance(e, TextDelta) for e in events)  # held back, never given
+    with pytest.raises(ProviderError, match="does not match the response_format schema"):
+        turn.feed(completed)

@@ -15,6 +15,8 @@ Notifications used (captured from codex 0.171, see tests/fixtures/cli/codex/):
   waiting for network") fails at once as TRANSPORT: Codex would wait for the network
   forever, retry knobs or not;
 - `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot;
+- with a `schema` (the turn's `outputSchema`): the final agent message is held back and
+  checked against it, then given whole (`_json_schema.schema_error`);
 - with client tools bridged (`tools`): `rawResponseItem/completed` and
   `rawResponse/completed{usage}` → the model's tool calls (`tool_calls.ToolCallReader`),
   then the turn ends with Finish("tool_calls") without waiting for `turn/completed`.
@@ -24,12 +26,14 @@ Finish("length") instead of failing the hop.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, ReasoningDelta, TextDelta, Usage
+from olp.providers._json_schema import schema_error
 from olp.providers._lenient import count
 from olp.providers.base import QuotaSnapshot
 from olp.providers.codex_cli import failures, translate
@@ -52,8 +56,10 @@ class AppServerTurn:
         prompt: str,
         images: tuple[str, ...] = (),
         tools: ToolCallReader | None = None,
+        schema: Mapping[str, Any] | None = None,
     ) -> None:
-        """`tools`: the run bridges client tools, whose calls it reads (raw events)."""
+        """`tools`: the run bridges client tools, whose calls it reads (raw events);
+        `schema`: the answer's JSON Schema (`translate.output_schema`)."""
         self.provider = provider
         self._model = model
         self._prompt = prompt
@@ -69,6 +75,8 @@ class AppServerTurn:
         self._content = False
         self._item: str | None = None  # the agent message being streamed
         self._tools = tools
+        self._schema = schema
+        self._held = ""  # with a schema: the latest agent message, not yet given
         # Of a bridged run: the summed usage of its model responses so far.
         self._raw_usage: dict[str, int] = {}
 
@@ -134,7 +142,7 @@ class AppServerTurn:
                     provider=self.provider,
                 )
             self.thread_id = thread_id
-            return translate.turn_start(thread_id, self._prompt, self._images)
+            return translate.turn_start(thread_id, self._prompt, self._images, self._schema)
         return b""
 
     # -- notifications -------------------------------------------------------------------
@@ -166,6 +174,10 @@ class AppServerTurn:
         if not isinstance(delta, str) or not delta:
             return []
         item = params.get("itemId")
+        if self._schema is not None:
+            self._held = delta if item != self._item else self._held + delta
+            self._item = item if isinstance(item, str) else None
+            return []
         events: list[Event] = []
         # A second agent message in one turn (after a tool step) starts a new paragraph.
         if self._content and item != self._item:
@@ -222,12 +234,30 @@ class AppServerTurn:
         status = turn.get("status")
         if status == "completed":
             self.done = True
+            if self._schema is not None:
+                return [self._structured(self._schema), *self._usage_events(), Finish("stop")]
             return [*self._usage_events(), Finish("stop")]
         error = turn.get("error") or {}
         if not isinstance(error, dict):
             error = {}
         message = str(error.get("message") or f"codex turn {status}")
         return self._fail(failures.classify(self.provider, message, error.get("codexErrorInfo")))
+
+    def _structured(self, schema: Mapping[str, Any]) -> TextDelta:
+        """The held answer, checked against `schema` (Codex does not check it)."""
+        try:
+            answer = orjson.loads(self._held)
+        except orjson.JSONDecodeError:
+            problem: str | None = "the answer is not JSON"
+        else:
+            problem = schema_error(answer, schema)
+        if problem is not None:
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                f"codex: the answer does not match the response_format schema ({problem})",
+                provider=self.provider,
+            )
+        return TextDelta(self._held)
 
     def _fail(self, error: ProviderError) -> list[Event]:
         self.done = True

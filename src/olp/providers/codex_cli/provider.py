@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -70,7 +71,10 @@ class CodexCliProvider(CliProvider):
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
-        cli = serialise(request, keep_images=True, honoured=honoured)
+        schema = translate.output_schema(request)
+        # With a schema, the turn's `outputSchema` says it: no instruction in the prompt.
+        flat = request if schema is None else replace(request, response_format=None)
+        cli = serialise(flat, keep_images=True, honoured=honoured)
         images = tuple(image.url for image in cli.images)
         tools = None
         if run is not None:
@@ -80,7 +84,7 @@ class CodexCliProvider(CliProvider):
                 parallel=request.parallel_tool_calls is not False,
                 on_retry=run.retry_turn,
             )
-        turn = AppServerTurn(self.name, request.model, cli.prompt, images, tools)
+        turn = AppServerTurn(self.name, request.model, cli.prompt, images, tools, schema)
         # Never Codex's own coding-agent instructions: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT
         mcp_url = None if run is None else run.url

@@ -59,6 +59,7 @@ __all__ = [
     "home_files",
     "initialize",
     "initialized",
+    "output_schema",
     "reasoning_effort",
     "thread_start",
     "turn_start",
@@ -147,6 +148,17 @@ def upstream_from_env(env: Mapping[str, str]) -> Upstream | None:
 def bridges_tools(request: ChatRequest) -> bool:
     """The request's tools are offered to the model (through the MCP bridge)."""
     return bool(request.tools) and request.tool_choice != "none"
+
+
+def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
+    """The JSON Schema of a `response_format` `json_schema` with `strict: true`, for the
+    turn's `outputSchema` (Codex sends it to the model as a strict Responses `text.format`,
+    which the OpenAI API refuses for a schema strict mode does not take: so only a client
+    that asked for strict gets it), or None: the format stays an instruction."""
+    format_ = request.response_format
+    spec = format_.json_schema if format_ is not None and format_.type == "json_schema" else None
+    schema = spec.get("schema") if spec is not None and spec.get("strict") is True else None
+    return schema if isinstance(schema, Mapping) else None
 
 
 def argv() -> tuple[str, ...]:
@@ -273,12 +285,20 @@ def thread_start(model: str, *, raw_events: bool = False) -> bytes:
     return _rpc("thread/start", RpcId.THREAD_START, params)
 
 
-def turn_start(thread_id: str, prompt: str, images: tuple[str, ...] = ()) -> bytes:
+def turn_start(
+    thread_id: str,
+    prompt: str,
+    images: tuple[str, ...] = (),
+    schema: Mapping[str, Any] | None = None,
+) -> bytes:
     """The turn: the prompt text, then its images (URLs or `data:` URLs), which the
-    prompt names `[image 1]`, `[image 2]`, … in place."""
+    prompt names `[image 1]`, `[image 2]`, … in place; `schema`: its `outputSchema`."""
     parts: list[dict[str, str]] = [{"type": "text", "text": prompt}]
     parts += [{"type": "image", "url": url} for url in images]
-    return _rpc("turn/start", RpcId.TURN_START, {"threadId": thread_id, "input": parts})
+    params: dict[str, Any] = {"threadId": thread_id, "input": parts}
+    if schema is not None:
+        params["outputSchema"] = schema
+    return _rpc("turn/start", RpcId.TURN_START, params)
 
 
 def decline(request_id: Any) -> bytes:
