@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -82,7 +83,7 @@ class CodexCliProvider(CliProvider):
                 self.name,
                 {tool.name: tool.parameters for tool in request.tools},
                 parallel=request.parallel_tool_calls is not False,
-                on_retry=run.retry_turn,
+                on_retry=partial(run.retry_turn, last=True),
             )
         turn = AppServerTurn(self.name, request.model, cli.prompt, images, tools, schema)
         # Never Codex's own coding-agent instructions: the request's, or a neutral one.

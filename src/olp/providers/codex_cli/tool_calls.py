@@ -56,7 +56,8 @@ class ToolCallReader:
     ) -> None:
         """`schemas`: each client tool's parameters; `parallel=False`: answer only the
         first call of a response (Codex cannot forbid the model several);
-        `on_retry(calls)`: a response of `calls` bridged calls is not the answer."""
+        `on_retry(calls)`: a response of `calls` bridged calls is not the answer, and the
+        next response is the model's last (`BridgedRun.retry_turn(calls, last=True)`)."""
         self.provider = provider
         self._schemas = schemas
         self._parallel = parallel
