@@ -301,7 +301,9 @@ def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
     with pytest.raises(openai.APIStatusError) as caught:
         client(olp).chat.completions.create(model="solo", messages=QUESTION, tools=[WEATHER])
     assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
-    assert len(model_requests(responses)) == 2
+    # Codex answers a call of a tool it does not know itself, at once, and may have sent a
+    # third request by the time OLP ends the run (docs/providers.md, codex-cli): no more.
+    assert len(model_requests(responses)) in (2, 3)
     assert no_codex_left(codex)
 
 
