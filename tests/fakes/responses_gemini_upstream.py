@@ -15,17 +15,21 @@ Gemini CLI wants SSE `data:` frames of `candidates[].content.parts[].text` with
 
 Behaviours understood on these routes: `Text` (streamed in `chunks` pieces; its
 `headers` go on the answer, e.g. `CODEX_RATE_LIMIT_HEADERS`), `Status` (an error answer:
-see `responses_usage_limit`, `gemini_error`), `Hang` and `DieMidStream`; on the Gemini
-route also `ToolCalls`: its `text` (if any), then one frame with a `functionCall` part per
-call (several: parallel calls), as Gemini sends them. What the CLI offered the model and
+see `responses_usage_limit`, `gemini_error`), `Hang` and `DieMidStream`; and `ToolCalls`:
+on the Gemini route its `text` (if any), then one frame with a `functionCall` part per
+call (several: parallel calls), as Gemini sends them; what the CLI offered the model and
 sent back is in the recorded body: `gemini_tool_names()` and `gemini_function_responses()`.
+On the Responses route one `function_call` output item per call (call ids
+`call_fake_<n>`, arguments streamed in `chunks` pieces), after a message item when it has
+`text`; `offered_tools(request)` and `tool_outputs(request)` read what a recorded request
+carried.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -51,8 +55,11 @@ __all__ = [
     "gemini_error",
     "gemini_function_responses",
     "gemini_tool_names",
+    "offered_names",
+    "offered_tools",
     "responses_error",
     "responses_usage_limit",
+    "tool_outputs",
 ]
 
 _PROMPT_TOKENS = 30
@@ -126,8 +133,15 @@ class ResponsesGeminiUpstream(FakeUpstream):
         recorded, behaviour = await self._record(request)
         body = recorded.json if isinstance(recorded.json, dict) else {}
         model = str(body.get("model") or "fake-model")
+        frames = _ResponsesFrames(model)
         try:
-            return await self._answer_with(request, behaviour, _ResponsesFrames(model))
+            if isinstance(behaviour, ToolCalls):
+                resp = await self._prepare(request, behaviour.headers)
+                for data in frames.tool_calls(behaviour, _namespaces(offered_tools(recorded))):
+                    await self._write(request, resp, data)
+                await resp.write_eof()
+                return resp
+            return await self._answer_with(request, behaviour, frames)
         except _ClientGone:
             return self._gone(recorded)
 
@@ -285,6 +299,62 @@ class _ResponsesFrames(_Frames):
             ),
         ]
 
+    def tool_calls(self, behaviour: ToolCalls, namespaces: Mapping[str, str]) -> list[bytes]:
+        """A whole answer: `behaviour.text` as a message item, then a function_call item
+        per call, then `response.completed` listing them all. A call of a tool the request
+        offered inside a `namespace` tool carries that namespace, as the real API's does."""
+        created = self._response("in_progress", [], None)
+        out = [
+            self._event("response.created", {"response": created}),
+            self._event("response.in_progress", {"response": created}),
+        ]
+        items: list[dict[str, Any]] = []
+        if behaviour.text:
+            item = self._message(behaviour.text, "completed")
+            out.append(self._event("response.output_item.added", {"output_index": 0, "item": item}))
+            out.append(self._event("response.output_item.done", {"output_index": 0, "item": item}))
+            items.append(item)
+        for i, (name, arguments) in enumerate(behaviour.calls):
+            index = len(items)
+            item = {
+                "type": "function_call",
+                "id": f"fc_fake_{i}",
+                "call_id": f"call_fake_{i}",
+                "name": name,
+                "arguments": "",
+                "status": "in_progress",
+            }
+            if name in namespaces:
+                item["namespace"] = namespaces[name]
+            where = {"item_id": item["id"], "output_index": index}
+            out.append(
+                self._event("response.output_item.added", {"output_index": index, "item": item})
+            )
+            for piece in fmt.split(arguments, behaviour.chunks) if arguments else []:
+                out.append(
+                    self._event("response.function_call_arguments.delta", {**where, "delta": piece})
+                )
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done", {**where, "arguments": arguments}
+                )
+            )
+            done = {**item, "arguments": arguments, "status": "completed"}
+            out.append(
+                self._event("response.output_item.done", {"output_index": index, "item": done})
+            )
+            items.append(done)
+        usage = {
+            "input_tokens": _PROMPT_TOKENS,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": 7,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": _PROMPT_TOKENS + 7,
+        }
+        completed = self._response("completed", items, usage)
+        out.append(self._event("response.completed", {"response": completed}))
+        return out
+
 
 class _GeminiFrames(_Frames):
     """`streamGenerateContent?alt=sse`: `data:` frames of GenerateContentResponse."""
@@ -356,3 +426,46 @@ def gemini_function_responses(body: Any) -> list[dict[str, Any]]:
 def requests_to(up: FakeUpstream, path_part: str) -> list[RecordedRequest]:
     """The recorded requests whose path contains `path_part`."""
     return [r for r in up.requests if path_part in r.path]
+
+
+def offered_tools(request: RecordedRequest) -> list[dict[str, Any]]:
+    """The `tools` a recorded Responses request offered the model."""
+    body = request.json if isinstance(request.json, dict) else {}
+    tools = body.get("tools")
+    return [tool for tool in tools if isinstance(tool, dict)] if isinstance(tools, list) else []
+
+
+def offered_names(request: RecordedRequest) -> list[str]:
+    """The names of the function tools a recorded Responses request offered, sorted: a
+    tool inside a `namespace` tool is `<namespace>.<name>`."""
+    names = []
+    for tool in offered_tools(request):
+        inner = tool.get("tools") if tool.get("type") == "namespace" else None
+        if isinstance(inner, list):
+            names += [f"{tool.get('name')}.{t.get('name')}" for t in inner if isinstance(t, dict)]
+        else:
+            names.append(str(tool.get("name") or tool.get("type")))
+    return sorted(names)
+
+
+def _namespaces(tools: list[dict[str, Any]]) -> dict[str, str]:
+    """tool name → the namespace tool that offers it."""
+    found: dict[str, str] = {}
+    for tool in tools:
+        inner = tool.get("tools") if tool.get("type") == "namespace" else None
+        for member in inner if isinstance(inner, list) else ():
+            if isinstance(member, dict):
+                found[str(member.get("name"))] = str(tool.get("name"))
+    return found
+
+
+def tool_outputs(request: RecordedRequest) -> dict[str, str]:
+    """The `function_call_output` items of a recorded Responses request: call id → output."""
+    body = request.json if isinstance(request.json, dict) else {}
+    items = body.get("input")
+    found: dict[str, str] = {}
+    for item in items if isinstance(items, list) else ():
+        if isinstance(item, dict) and item.get("type") == "function_call_output":
+            output = item.get("output")
+            found[str(item.get("call_id"))] = output if isinstance(output, str) else str(output)
+    return found

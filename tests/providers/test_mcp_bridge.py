@@ -106,6 +106,24 @@ async def _a_retried_turn_lets_its_held_and_late_calls_go(bridge: ToolBridge) ->
     assert "another call of this turn had invalid arguments" in text_of(late)
 
 
+def test_after_the_last_retry_an_invalid_call_is_held_too() -> None:
+    with_bridge(_after_the_last_retry_an_invalid_call_is_held_too)
+
+
+async def _after_the_last_retry_an_invalid_call_is_held_too(bridge: ToolBridge) -> None:
+    async with bridge.serve([WEATHER]) as run, Client(run.url) as client:
+        first = await asyncio.wait_for(client.call_tool("get_weather", {"city": 75}), 5)
+        run.retry_turn(1, last=True)
+        again = asyncio.create_task(client.call_tool("get_weather", {"city": 75}))
+        await asyncio.sleep(0.3)
+        # Answered, it would send the CLI on to a request the provider does not want.
+        assert not again.done()
+        run.ended.set()
+        result = await asyncio.wait_for(again, 5)
+    assert "Invalid arguments for get_weather" in text_of(first)
+    assert "OLP does not run tools" in text_of(result)
+
+
 def test_only_the_runs_secret_path_answers_and_only_while_it_runs() -> None:
     with_bridge(_only_the_runs_secret_path_answers_and_only_while_it_runs)
 
@@ -115,7 +133,8 @@ async def _only_the_runs_secret_path_answers_and_only_while_it_runs(bridge: Tool
         url = run.url
         base, secret, _ = url.rsplit("/", 2)
         async with httpx.AsyncClient() as http:
-            wrong = await http.post(f"{base}/{secret[:-1]}x/mcp", json={})
+            other = "y" if secret.endswith("x") else "x"  # (a secret may end in "x")
+            wrong = await http.post(f"{base}/{secret[:-1]}{other}/mcp", json={})
             assert wrong.status_code == 404
     async with httpx.AsyncClient() as http:
         gone = await http.post(url, json={})

@@ -23,7 +23,10 @@ its only one:
   problem (parameters the CLI adds to every tool, `added`, are not checked). The
   provider, which checks the same, then does not answer the client with that turn but
   `retry_turn()`s it: the turn's other calls are let go (held ones now, late ones on
-  arrival), the CLI hands the model the errors, and it may call again.
+  arrival), the CLI hands the model the errors, and it may call again. A CLI that
+  bounds its turns itself (claude's `--max-turns`) needs those answers to end; one that
+  does not (codex) is told the retry was the `last`: from then on an invalid call is held
+  too, so the CLI does not send the model yet another request before the provider ends it.
 """
 
 from __future__ import annotations
@@ -75,6 +78,7 @@ class BridgedRun:
         self._let_go = asyncio.Event()
         self._turn_calls = 0  # calls that reached the bridge in this turn
         self._owed = 0  # calls of a retried turn that have yet to arrive
+        self._last_turn = False  # no retry after this turn: invalid calls are held too
         self.ready = asyncio.Event()
         server: Server[Any] = Server(
             _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
@@ -90,8 +94,10 @@ class BridgedRun:
             ),
         )
 
-    def retry_turn(self, calls: int) -> None:
-        """The model's turn of `calls` calls is not the answer: let all of them go."""
+    def retry_turn(self, calls: int, *, last: bool = False) -> None:
+        """The model's turn of `calls` calls is not the answer: let all of them go.
+        `last`: the model's next turn is its last (module docstring)."""
+        self._last_turn = last
         self._owed = max(calls - self._turn_calls, 0)
         self._turn_calls = 0
         self._let_go.set()
@@ -121,7 +127,7 @@ class BridgedRun:
         schema = self._schemas.get(params.name)
         arguments = without_added(params.arguments or {}, schema, self._added)
         problem = arguments_error(arguments, schema)
-        if problem is not None:
+        if problem is not None and (late or not self._last_turn):
             return _error(_RETRY.format(name=params.name, problem=problem))
         if late:
             return _error(_LET_GO)

@@ -14,22 +14,30 @@ Notifications used (captured from codex 0.171, see tests/fixtures/cli/codex/):
   `willRetry` is false. A `willRetry` notice that the connection failed ("Reconnecting...
   waiting for network") fails at once as TRANSPORT: Codex would wait for the network
   forever, retry knobs or not;
-- `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot.
+- `account/rateLimits/updated{rateLimits}` → the provider's quota snapshot;
+- with a `schema` (the turn's `outputSchema`): the final agent message is held back and
+  checked against it, then given whole (`_json_schema.schema_error`);
+- with client tools bridged (`tools`): `rawResponseItem/completed` and
+  `rawResponse/completed{usage}` → the model's tool calls (`tool_calls.ToolCallReader`),
+  then the turn ends with Finish("tool_calls") without waiting for `turn/completed`.
 Salvage (docs/design.md §5 rule 4): an error after content ends the answer with
 Finish("length") instead of failing the hop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, ReasoningDelta, TextDelta, Usage
+from olp.providers._json_schema import schema_error
 from olp.providers._lenient import count
 from olp.providers.base import QuotaSnapshot
 from olp.providers.codex_cli import failures, translate
+from olp.providers.codex_cli.tool_calls import ToolCallReader
 from olp.providers.codex_cli.translate import RpcId
 
 __all__ = ["AppServerTurn", "quota_from_rate_limits", "usage_from"]
@@ -42,8 +50,16 @@ class AppServerTurn:
     """One request's conversation with one `codex app-server` process."""
 
     def __init__(
-        self, provider: str, model: str, prompt: str, images: tuple[str, ...] = ()
+        self,
+        provider: str,
+        model: str,
+        prompt: str,
+        images: tuple[str, ...] = (),
+        tools: ToolCallReader | None = None,
+        schema: Mapping[str, Any] | None = None,
     ) -> None:
+        """`tools`: the run bridges client tools, whose calls it reads (raw events);
+        `schema`: the answer's JSON Schema (`translate.output_schema`)."""
         self.provider = provider
         self._model = model
         self._prompt = prompt
@@ -58,10 +74,15 @@ class AppServerTurn:
         self._usage: Usage | None = None
         self._content = False
         self._item: str | None = None  # the agent message being streamed
+        self._tools = tools
+        self._schema = schema
+        self._held = ""  # with a schema: the latest agent message, not yet given
+        # Of a bridged run: the summed usage of its model responses so far.
+        self._raw_usage: dict[str, int] = {}
 
     def opening(self) -> bytes:
         """What to write to stdin at spawn time."""
-        return translate.initialize()
+        return translate.initialize(raw_events=self._tools is not None)
 
     def feed(self, line: bytes) -> tuple[list[Event], bytes]:
         """Events for one stdout line, and the bytes to write back (may be empty)."""
@@ -107,7 +128,10 @@ class AppServerTurn:
             )
         result = msg.get("result") or {}
         if msg.get("id") == RpcId.INITIALIZE:
-            return translate.initialized() + translate.thread_start(self._model)
+            raw_events = self._tools is not None
+            return translate.initialized() + translate.thread_start(
+                self._model, raw_events=raw_events
+            )
         if msg.get("id") == RpcId.THREAD_START:
             thread = result.get("thread") if isinstance(result, dict) else None
             thread_id = thread.get("id") if isinstance(thread, dict) else None
@@ -118,7 +142,7 @@ class AppServerTurn:
                     provider=self.provider,
                 )
             self.thread_id = thread_id
-            return translate.turn_start(thread_id, self._prompt, self._images)
+            return translate.turn_start(thread_id, self._prompt, self._images, self._schema)
         return b""
 
     # -- notifications -------------------------------------------------------------------
@@ -130,6 +154,8 @@ class AppServerTurn:
             self.answer_lines += 1
         if method == "item/agentMessage/delta":
             return self._text(params)
+        if self._tools is not None and method.startswith("rawResponse"):
+            return self._raw(method, params)
         if method in _REASONING:
             delta = params.get("delta")
             return [ReasoningDelta(delta)] if isinstance(delta, str) and delta else []
@@ -148,6 +174,10 @@ class AppServerTurn:
         if not isinstance(delta, str) or not delta:
             return []
         item = params.get("itemId")
+        if self._schema is not None:
+            self._held = delta if item != self._item else self._held + delta
+            self._item = item if isinstance(item, str) else None
+            return []
         events: list[Event] = []
         # A second agent message in one turn (after a tool step) starts a new paragraph.
         if self._content and item != self._item:
@@ -156,6 +186,30 @@ class AppServerTurn:
         self._content = True
         events.append(TextDelta(delta))
         return events
+
+    def _raw(self, method: str, params: dict[str, Any]) -> list[Event]:
+        """A bridged run's raw events: the model's calls, and the end of each response."""
+        assert self._tools is not None
+        if method == "rawResponseItem/completed":
+            if self._tools.item(params.get("item")):
+                self.answer_lines += 1
+            return []
+        if method != "rawResponse/completed":
+            return []
+        self.answer_lines += 1
+        usage = params.get("usage")
+        if isinstance(usage, dict):
+            for key, value in usage.items():
+                self._raw_usage[key] = self._raw_usage.get(key, 0) + count(value)
+        try:
+            calls = self._tools.response_completed()
+        except ProviderError as exc:
+            return self._fail(exc)
+        if not calls:
+            return []
+        self.done = True
+        usage_total = usage_from({"total": self._raw_usage})
+        return [*calls, *([usage_total] if usage_total else []), Finish("tool_calls")]
 
     def _error(self, params: dict[str, Any]) -> list[Event]:
         error = params.get("error") or {}
@@ -180,12 +234,30 @@ class AppServerTurn:
         status = turn.get("status")
         if status == "completed":
             self.done = True
+            if self._schema is not None:
+                return [self._structured(self._schema), *self._usage_events(), Finish("stop")]
             return [*self._usage_events(), Finish("stop")]
         error = turn.get("error") or {}
         if not isinstance(error, dict):
             error = {}
         message = str(error.get("message") or f"codex turn {status}")
         return self._fail(failures.classify(self.provider, message, error.get("codexErrorInfo")))
+
+    def _structured(self, schema: Mapping[str, Any]) -> TextDelta:
+        """The held answer, checked against `schema` (Codex does not check it)."""
+        try:
+            answer = orjson.loads(self._held)
+        except orjson.JSONDecodeError:
+            problem: str | None = "the answer is not JSON"
+        else:
+            problem = schema_error(answer, schema)
+        if problem is not None:
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                f"codex: the answer does not match the response_format schema ({problem})",
+                provider=self.provider,
+            )
+        return TextDelta(self._held)
 
     def _fail(self, error: ProviderError) -> list[Event]:
         self.done = True

@@ -2,6 +2,7 @@
 
 One `codex app-server` process per request, spoken to over stdio (JSON-RPC): the
 handshake and the turn are driven by `events.AppServerTurn`; this module moves bytes,
+serves a request's tools over the MCP bridge for the run (`CliProvider._tool_bridge`),
 keeps the latest rate-limit snapshot for `quota()`, and checks health without calling a
 model (`codex --version`, `codex login status`).
 """
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from functools import partial
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
@@ -20,10 +24,23 @@ from olp.providers._subprocess import CliInvocation
 from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
 from olp.providers.codex_cli import translate
 from olp.providers.codex_cli.events import AppServerTurn
+from olp.providers.codex_cli.tool_calls import ToolCallReader
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = ["DROPS", "CodexCliProvider"]
 
-DROPS = (*COMMON_CLI_DROPS, "max_tokens", "image detail")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (
+    *(d for d in COMMON_CLI_DROPS if not d.startswith("tool")),
+    "max_tokens",
+    "image detail",
+)
+HONOURED = frozenset({"reasoning_effort"})
+# With client tools bridged, `tool_choice` auto/none and `parallel_tool_calls` are
+# honoured too (none: no bridge; false: only the first call of a response is answered).
+HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
 
 
 class CodexCliProvider(CliProvider):
@@ -34,17 +51,45 @@ class CodexCliProvider(CliProvider):
             config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._upstream = translate.upstream_from_env(config.env)
-        self.capabilities = self._capabilities(DROPS, vision=True, quota_signals=("five_hour",))
+        self.capabilities = self._capabilities(
+            DROPS,
+            vision=True,
+            quota_signals=("five_hour",),
+            tool_choices=frozenset({"auto", "none"}),
+        )
         self._quota: QuotaSnapshot | None = None
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         request = self._with_system_prompt(request)
-        cli = serialise(request, keep_images=True, honoured=frozenset({"reasoning_effort"}))
+        if not translate.bridges_tools(request):
+            async for event in self._run(request, None):
+                yield event
+            return
+        bridge = await self._tool_bridge()
+        async with bridge.serve(request.tools) as run:
+            async for event in self._run(request, run):
+                yield event
+
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+        honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+        schema = translate.output_schema(request)
+        # With a schema, the turn's `outputSchema` says it: no instruction in the prompt.
+        flat = request if schema is None else replace(request, response_format=None)
+        cli = serialise(flat, keep_images=True, honoured=honoured)
         images = tuple(image.url for image in cli.images)
-        turn = AppServerTurn(self.name, request.model, cli.prompt, images)
+        tools = None
+        if run is not None:
+            tools = ToolCallReader(
+                self.name,
+                {tool.name: tool.parameters for tool in request.tools},
+                parallel=request.parallel_tool_calls is not False,
+                on_retry=partial(run.retry_turn, last=True),
+            )
+        turn = AppServerTurn(self.name, request.model, cli.prompt, images, tools, schema)
         # Never Codex's own coding-agent instructions: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT
-        async with self._runner.spawn(self._invocation(request, system, turn)) as proc:
+        mcp_url = None if run is None else run.url
+        async with self._runner.spawn(self._invocation(request, system, turn, mcp_url)) as proc:
             try:
                 async for line in proc.lines():
                     events, reply = turn.feed(line)
@@ -64,13 +109,17 @@ class CodexCliProvider(CliProvider):
                 if turn.quota is not None:
                     self._quota = turn.quota
 
-    def _invocation(self, request: ChatRequest, system: str, turn: AppServerTurn) -> CliInvocation:
+    def _invocation(
+        self, request: ChatRequest, system: str, turn: AppServerTurn, mcp_url: str | None
+    ) -> CliInvocation:
+        """`mcp_url`: the bridge serving the request's tools to this run, or None."""
         config = translate.config_toml(
             request.model,
             upstream=self._upstream,
             has_system=bool(system),
             idle_timeout_ms=self._config.timeouts.idle_ms,
             reasoning_effort=translate.reasoning_effort(request.extra),
+            mcp_url=mcp_url,
         )
         credentials = () if self._upstream else ((translate.AUTH_FILE, translate.AUTH_FILE),)
         return CliInvocation(
@@ -78,11 +127,12 @@ class CodexCliProvider(CliProvider):
             stdin=turn.opening(),
             keep_stdin_open=True,
             env={"NO_COLOR": "1", "RUST_LOG": "warn"},
-            home_files=translate.home_files(config, system or None),
+            home_files=translate.home_files(config, system or None, tools=mcp_url is not None),
             credentials=credentials,
             # The server reads nothing of the request before its JSON-RPC opening: it can
-            # be started ahead (off by default: `warm` 0, see docs/providers.md).
-            waits_for_prompt=True,
+            # be started ahead (off by default: `warm` 0, see docs/providers.md); but not
+            # a bridged run, whose MCP server is its own.
+            waits_for_prompt=mcp_url is None,
         )
 
     async def health(self) -> ProviderHealth:
@@ -95,6 +145,8 @@ class CodexCliProvider(CliProvider):
         status, said = await self._login_status()
         checks.append(f"login: {said or 'unknown'}")
         ok = status == 0
+        if ok:
+            checks.append(self._tools_check())
         return ProviderHealth(ok=ok, checks=tuple(checks), fix=None if ok else translate.LOGIN_HINT)
 
     def _key_health(self, checks: list[str]) -> ProviderHealth:
@@ -105,6 +157,8 @@ class CodexCliProvider(CliProvider):
         checks.append(
             f"credentials: {key} " + ("set in the provider's env" if has_key else "missing")
         )
+        if has_key:
+            checks.append(self._tools_check())
         fix = (
             None if has_key else f'set providers.{self.name}.env.{key} to "${{YOUR_KEY_VARIABLE}}"'
         )

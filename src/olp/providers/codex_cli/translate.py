@@ -6,9 +6,9 @@ reports structured errors and rate limits).
 
 The private `$CODEX_HOME` (the child's `~/.codex`) gets a fresh `config.toml` per spawn:
 - approval `never`, read-only sandbox, every optional feature that could reach the
-  network or the owner's files off (`FEATURES_OFF`), web search off, analytics and
-  OpenTelemetry off (otherwise a 5 s stall exporting at exit), no update check, no
-  project docs;
+  network or the owner's files off (`FEATURES_OFF`), web search, `request_user_input`
+  and the bundled skills off, analytics and OpenTelemetry off (otherwise a 5 s stall
+  exporting at exit), no update check, no project docs;
 - when the owner points the provider at an OpenAI-compatible Responses upstream through
   its `env` (`OPENAI_BASE_URL`, or just an `OPENAI_API_KEY`), a custom model provider
   `olp` with Codex's own retries off (`request_max_retries = 0`, `stream_max_retries = 0`)
@@ -16,7 +16,15 @@ The private `$CODEX_HOME` (the child's `~/.codex`) gets a fresh `config.toml` pe
   provider, so the ChatGPT login (linked `~/.codex/auth.json`) keeps Codex's defaults;
 - the request's system messages (and JSON-mode instructions) in `system.md`, named by
   `model_instructions_file` (relative paths are resolved against `$CODEX_HOME`), which
-  replaces Codex's own base instructions.
+  replaces Codex's own base instructions;
+- with client tools (`mcp_url`), OLP's MCP bridge as the only MCP server `olp`, its tools
+  approved (a call reaches the bridge, which holds it, instead of failing at once under
+  approval `never` and sending the model on), and required (a bridge Codex cannot reach
+  fails the run rather than leaving the model without the tools). Codex defers MCP tools
+  behind its own `tool_search` tool and adds `apply_patch` for the models of its built-in
+  catalogue; a one-entry catalogue (`CATALOG_FILE`) that does not list the requested model
+  makes Codex use its generic model metadata instead, which has neither, so the client's
+  tools are offered directly, as the `mcp__olp` namespace.
 """
 
 from __future__ import annotations
@@ -27,24 +35,31 @@ from typing import Any
 
 import orjson
 
+from olp.ir import ChatRequest
+
 __all__ = [
     "AUTH_FILE",
+    "CATALOG_FILE",
     "CONFIG_FILE",
     "DEFAULT_COMMAND",
     "DEFAULT_OPENAI_BASE_URL",
     "FEATURES_OFF",
     "INSTALL_HINT",
     "LOGIN_HINT",
+    "MCP_SERVER",
     "PROVIDER_ID",
     "SYSTEM_FILE",
+    "TOOL_NAMESPACE",
     "RpcId",
     "Upstream",
     "argv",
+    "bridges_tools",
     "config_toml",
     "decline",
     "home_files",
     "initialize",
     "initialized",
+    "output_schema",
     "reasoning_effort",
     "thread_start",
     "turn_start",
@@ -62,6 +77,25 @@ CONFIG_FILE = ".codex/config.toml"
 SYSTEM_FILE = ".codex/system.md"
 # The ChatGPT login, linked read-only from the owner's home.
 AUTH_FILE = ".codex/auth.json"
+# The bridge's name in the MCP config; Codex offers its tools to the model as functions
+# of the namespace `mcp__<name>`, and the model's calls name that namespace.
+MCP_SERVER = "olp"
+TOOL_NAMESPACE = f"mcp__{MCP_SERVER}"
+# A model catalogue with one placeholder model, for bridged runs (module docstring).
+CATALOG_FILE = ".codex/olp-models.json"
+_PLACEHOLDER_MODEL = {
+    "slug": "olp-placeholder",
+    "display_name": "olp-placeholder",
+    "supported_reasoning_levels": [],
+    "shell_type": "default",
+    "visibility": "hide",
+    "supported_in_api": True,
+    "priority": 0,
+    "support_verbosity": False,
+    "truncation_policy": {"mode": "tokens", "limit": 10000},
+    "experimental_supported_tools": [],
+    "base_instructions": "You are a helpful assistant.",
+}
 
 # `--disable` features of codex 0.171: plugins/apps reach GitHub and chatgpt.com at
 # start; the rest are tools or agents a proxied chat turn must not use.
@@ -80,6 +114,7 @@ FEATURES_OFF = (
     "remote_plugin",
     "in_app_browser",
     "sleep_tool",
+    "view_image",
 )
 _REASONING_EFFORTS = ("minimal", "low", "medium", "high", "xhigh")
 
@@ -110,6 +145,22 @@ def upstream_from_env(env: Mapping[str, str]) -> Upstream | None:
     )
 
 
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
+    """The JSON Schema of a `response_format` `json_schema` with `strict: true`, for the
+    turn's `outputSchema` (Codex sends it to the model as a strict Responses `text.format`,
+    which the OpenAI API refuses for a schema strict mode does not take: so only a client
+    that asked for strict gets it), or None: the format stays an instruction."""
+    format_ = request.response_format
+    spec = format_.json_schema if format_ is not None and format_.type == "json_schema" else None
+    schema = spec.get("schema") if spec is not None and spec.get("strict") is True else None
+    return schema if isinstance(schema, Mapping) else None
+
+
 def argv() -> tuple[str, ...]:
     args: list[str] = ["app-server"]
     for feature in FEATURES_OFF:
@@ -124,7 +175,9 @@ def config_toml(
     has_system: bool,
     idle_timeout_ms: int,
     reasoning_effort: str | None = None,
+    mcp_url: str | None = None,
 ) -> str:
+    """`mcp_url`: the bridge serving the request's tools (module docstring), or None."""
     lines = [
         f"model = {_toml_str(model)}",
         'approval_policy = "never"',
@@ -139,7 +192,18 @@ def config_toml(
         lines.append(f"model_reasoning_effort = {_toml_str(reasoning_effort or '')}")
     if upstream is not None:
         lines.append(f"model_provider = {_toml_str(PROVIDER_ID)}")
+    if mcp_url is not None:
+        lines.append(f"model_catalog_json = {_toml_str(CATALOG_FILE.split('/')[-1])}")
     lines += [
+        "",
+        # A question for a user nobody is there to answer (it would be declined).
+        "[tools.experimental_request_user_input]",
+        "enabled = false",
+        "",
+        # Codex's bundled skills (image generation, its own docs, a skill installer) are
+        # otherwise described to the model in every request, files to read included.
+        "[skills.bundled]",
+        "enabled = false",
         "",
         "[analytics]",
         "enabled = false",
@@ -162,13 +226,24 @@ def config_toml(
             # Only applies once the stream started; OLP's idle timeout covers the rest.
             f"stream_idle_timeout_ms = {max(1000, idle_timeout_ms)}",
         ]
+    if mcp_url is not None:
+        lines += [
+            "",
+            f"[mcp_servers.{MCP_SERVER}]",
+            f"url = {_toml_str(mcp_url)}",
+            "required = true",
+            'default_tools_approval_mode = "approve"',
+        ]
     return "\n".join(lines) + "\n"
 
 
-def home_files(config: str, system: str | None) -> dict[str, bytes]:
+def home_files(config: str, system: str | None, *, tools: bool = False) -> dict[str, bytes]:
+    """`tools`: the run bridges client tools (it gets the placeholder model catalogue)."""
     files = {CONFIG_FILE: config.encode()}
     if system:
         files[SYSTEM_FILE] = system.encode()
+    if tools:
+        files[CATALOG_FILE] = orjson.dumps({"models": [_PLACEHOLDER_MODEL]})
     return files
 
 
@@ -180,38 +255,50 @@ def reasoning_effort(extra: Mapping[str, Any]) -> str | None:
 # -- JSON-RPC (JSONL on stdio, no "jsonrpc" member) -------------------------------------
 
 
-def initialize() -> bytes:
-    return _rpc(
-        "initialize",
-        RpcId.INITIALIZE,
-        {"clientInfo": {"name": "olp", "title": "OLP", "version": "0.1.0"}},
-    )
+def initialize(*, raw_events: bool = False) -> bytes:
+    """`raw_events`: ask for the experimental API, which `thread_start(raw_events=True)`
+    needs."""
+    params: dict[str, Any] = {"clientInfo": {"name": "olp", "title": "OLP", "version": "0.1.0"}}
+    if raw_events:
+        params["capabilities"] = {"experimentalApi": True}
+    return _rpc("initialize", RpcId.INITIALIZE, params)
 
 
 def initialized() -> bytes:
     return orjson.dumps({"method": "initialized"}) + b"\n"
 
 
-def thread_start(model: str) -> bytes:
-    return _rpc(
-        "thread/start",
-        RpcId.THREAD_START,
-        {
-            "model": model,
-            "approvalPolicy": "never",
-            "sandbox": "read-only",
-            # No session files: nothing of the conversation stays on disk.
-            "ephemeral": True,
-        },
-    )
+def thread_start(model: str, *, raw_events: bool = False) -> bytes:
+    """`raw_events`: Codex also reports every Responses item as the model sent it
+    (`rawResponseItem/completed`) and the end of each model response
+    (`rawResponse/completed`): the only report of all of a turn's function calls, since
+    Codex starts the MCP calls one at a time and the first one is held by the bridge."""
+    params: dict[str, Any] = {
+        "model": model,
+        "approvalPolicy": "never",
+        "sandbox": "read-only",
+        # No session files: nothing of the conversation stays on disk.
+        "ephemeral": True,
+    }
+    if raw_events:
+        params["experimentalRawEvents"] = True
+    return _rpc("thread/start", RpcId.THREAD_START, params)
 
 
-def turn_start(thread_id: str, prompt: str, images: tuple[str, ...] = ()) -> bytes:
+def turn_start(
+    thread_id: str,
+    prompt: str,
+    images: tuple[str, ...] = (),
+    schema: Mapping[str, Any] | None = None,
+) -> bytes:
     """The turn: the prompt text, then its images (URLs or `data:` URLs), which the
-    prompt names `[image 1]`, `[image 2]`, … in place."""
+    prompt names `[image 1]`, `[image 2]`, … in place; `schema`: its `outputSchema`."""
     parts: list[dict[str, str]] = [{"type": "text", "text": prompt}]
     parts += [{"type": "image", "url": url} for url in images]
-    return _rpc("turn/start", RpcId.TURN_START, {"threadId": thread_id, "input": parts})
+    params: dict[str, Any] = {"threadId": thread_id, "input": parts}
+    if schema is not None:
+        params["outputSchema"] = schema
+    return _rpc("turn/start", RpcId.TURN_START, params)
 
 
 def decline(request_id: Any) -> bytes:
