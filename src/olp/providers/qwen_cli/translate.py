@@ -7,19 +7,25 @@ cannot be such a text, and those answers become errors, never content.
 Qwen Code also retries 429 and 5xx answers for minutes with nothing on stdout; its only
 word about them is a line in its debug log (`[RETRY] Attempt 1 failed with status 429`).
 The invocation links that log to the child's stderr, and the first such line is the
-run's failure: OLP ends the run and the chain falls back at once."""
+run's failure: OLP ends the run and the chain falls back at once.
+
+Client tools go through OLP's MCP bridge, which `--bare` cannot take (it loads no MCP
+server at all, `--mcp-config` included): a bridged run goes without it, and what `--bare`
+kept out is kept out by the settings OLP writes into the private HOME instead
+(`bridge_settings`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import orjson
 
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, TextDelta
+from olp.ir import ChatRequest, Event, Finish, TextDelta, Tool
 from olp.observability import event_logger
-from olp.providers._claude_stream import ClaudeStreamParser, finish_reason, usage_from
+from olp.providers._claude_stream import ClaudeStreamParser, ToolTurns, finish_reason, usage_from
 from olp.providers._cli_stream import exit_failure, salvage
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
@@ -36,6 +42,8 @@ __all__ = [
     "LOGIN_HINT",
     "QwenTranslator",
     "auth_type",
+    "bridge_settings",
+    "bridges_tools",
     "build_invocation",
     "classify",
 ]
@@ -49,10 +57,23 @@ LOGIN_HINT = "run `qwen` once and log in with /auth (Qwen OAuth)"
 # Qwen OAuth login (`qwen` → /auth); API keys come through the provider's `env`.
 CREDENTIALS = ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
 CREDENTIAL_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
-DROPS = (*COMMON_CLI_DROPS, "reasoning_effort", "images", "n > 1")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (
+    *(d for d in COMMON_CLI_DROPS if not d.startswith("tool")),
+    "reasoning_effort",
+    "images",
+    "n > 1",
+)
 # Passed on through the CLI's environment rather than dropped.
 HONOURED = frozenset({"max_tokens"})
+# With client tools: `tool_choice` auto/none and `parallel_tool_calls` are honoured too
+# (none: the tools are not offered; false: only the first call is answered).
+HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
 API_ERROR = "[API Error:"
+# The bridge's name in the CLI's settings; Qwen Code calls its tools mcp__<name>__<tool>.
+MCP_SERVER = "olp"
+TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
+_SETTINGS_FILE = ".qwen/settings.json"
 _FLAGS = (
     "--output-format", "stream-json",
     "--include-partial-messages",
@@ -62,6 +83,30 @@ _FLAGS = (
     "--exclude-tools", "read_file,edit,run_shell_command",
     "--chat-recording", "false",
 )  # fmt: skip
+# A bridged run: no --bare (it would load no MCP server); `bridge_settings` does its work.
+# One turn to answer, one more after a call off the tools' schemas; a model that keeps
+# calling a missing tool ends there (Qwen Code exits with "Reached max session turns").
+_BRIDGED_FLAGS = (
+    "--output-format", "stream-json",
+    "--include-partial-messages",
+    "--max-session-turns", "2",
+    "--chat-recording", "false",
+)  # fmt: skip
+# Qwen Code's tools that are not "core" (so not switched off by `tools.core`): denied.
+_NON_CORE_TOOLS = (
+    "agent",
+    "ask_user_question",
+    "exit_plan_mode",
+    "send_message",
+    "skill",
+    "task_stop",
+    "todo_write",
+    "tool_search",
+    "web_fetch",
+)
+# Context files are looked for under this name only (the default QWEN.md and AGENTS.md
+# would be looked for from the working directory up to the repository holding it).
+_NO_CONTEXT_FILE = "OLP-NO-CONTEXT-FILE.md"
 
 
 def auth_type(env: Mapping[str, str]) -> str:
@@ -75,8 +120,45 @@ def auth_type(env: Mapping[str, str]) -> str:
     return "qwen-oauth"
 
 
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
+
+
+def bridge_settings(url: str, tools: Sequence[Tool]) -> bytes:
+    """The `settings.json` of a bridged run: what `--bare` did, and the bridge.
+
+    - the bridge (`url`) is the only MCP server, trusted (no confirmation to ask for);
+    - every built-in tool is off: `tools.core` lists only the bridged tools (an allow-list
+      of core tools, which MCP tools are not), and the tools it does not cover are denied;
+      with `tool_search` gone, Qwen Code offers the MCP tools themselves instead of
+      deferring them behind it;
+    - no context files, no auto memory (its prompt section and its background requests),
+      no environment message before the prompt, no next-speaker check, no usage
+      statistics or telemetry, no IDE;
+    - `$version`: the current settings version, so the file is not rewritten.
+    """
+    settings = {
+        "$version": 4,
+        "mcpServers": {MCP_SERVER: {"httpUrl": url, "trust": True}},
+        "tools": {"core": [TOOL_PREFIX + tool.name for tool in tools]},
+        "permissions": {"deny": list(_NON_CORE_TOOLS)},
+        "context": {"fileName": _NO_CONTEXT_FILE},
+        "memory": {"enableManagedAutoMemory": False},
+        "model": {"skipStartupContext": True, "skipNextSpeakerCheck": True},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "ide": {"enabled": False},
+    }
+    return orjson.dumps(settings)
+
+
 def build_invocation(
-    request: ChatRequest, env: Mapping[str, str], *, session_id: str
+    request: ChatRequest,
+    env: Mapping[str, str],
+    *,
+    session_id: str,
+    settings: bytes | None = None,
 ) -> CliInvocation:
     """The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin
     as the prompt (a positional one would be visible in the process list).
@@ -85,20 +167,35 @@ def build_invocation(
     HOME), skip context files, extensions, hooks and its background memory request, and
     send no tool definitions: one request per answer. `session_id` (a UUID) names the
     run's debug log, which is linked to stderr (see the module docstring).
+
+    `settings`: a bridged run's `bridge_settings`, when `bridges_tools(request)`. It is
+    the private HOME's `settings.json`, and the system settings too (their path is
+    relative to the working directory, a sibling of HOME), so the owner's own system-wide
+    settings, which would win over it, are not read. The output-language rule Qwen Code
+    writes and reads back into every system prompt is /dev/null.
     """
-    prompt = serialise(request, honoured=HONOURED)
-    args = [*_FLAGS, "--auth-type", auth_type(env), "-m", request.model]
+    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+    prompt = serialise(request, honoured=honoured)
+    flags = _FLAGS if settings is None else _BRIDGED_FLAGS
+    args = [*flags, "--auth-type", auth_type(env), "-m", request.model]
     args += ["--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
     child_env = {}
     if request.max_tokens is not None:
         child_env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
+    home_files: dict[str, bytes] = {}
+    home_links = {f".qwen/debug/{session_id}.txt": "/dev/stderr"}
+    if settings is not None:
+        home_files[_SETTINGS_FILE] = settings
+        home_links[".qwen/output-language.md"] = "/dev/null"
+        child_env["QWEN_CODE_SYSTEM_SETTINGS_PATH"] = f"../home/{_SETTINGS_FILE}"
     return CliInvocation(
         args=tuple(args),
         stdin=prompt.prompt.encode(),
         env=child_env,
+        home_files=home_files,
         credentials=CREDENTIALS,
-        home_links={f".qwen/debug/{session_id}.txt": "/dev/stderr"},
+        home_links=home_links,
     )
 
 
@@ -106,11 +203,23 @@ class QwenTranslator:
     """stream-json lines → events; see `olp.providers._cli_stream.LineTranslator`."""
 
     def __init__(
-        self, provider: str, now: Callable[[], float], command: str = DEFAULT_COMMAND
+        self,
+        provider: str,
+        now: Callable[[], float],
+        command: str = DEFAULT_COMMAND,
+        *,
+        tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+        parallel_tool_calls: bool = True,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
+        """`tool_schemas`: the bridged tools' parameters (None: no tools bridged); see
+        `ToolTurns` for them, `parallel_tool_calls` and `on_retry`."""
         self.provider = provider
         self.command = command
-        self.parser = ClaudeStreamParser()
+        self.parser = ClaudeStreamParser(None if tool_schemas is None else TOOL_PREFIX)
+        self._turns = ToolTurns(
+            self.parser, tool_schemas or {}, on_retry, parallel=parallel_tool_calls
+        )
         self.unparsable = 0
         self._now = now
         self._held = ""  # the answer's start, until it cannot be "[API Error: …"
@@ -136,7 +245,7 @@ class QwenTranslator:
                 self.unparsable += 1
                 log.debug("cli_unparsable_line", provider=self.provider, line=line[:200])
             return []
-        return self._guard(self.parser.feed(doc))
+        return self._turns.screen(self._guard(self.parser.feed(doc)))
 
     def _guard(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
@@ -170,6 +279,8 @@ class QwenTranslator:
         return classify(self.provider, f"{API_ERROR} {detail}]", self._now())
 
     def end(self, status: int | None, stderr: str) -> list[Event]:
+        if self.parser.tools_called:
+            return self._turns.finish()
         stderr = _without_debug_log(stderr)
         result = self.parser.result
         text = result.get("result") if result is not None else None
@@ -188,6 +299,13 @@ class QwenTranslator:
     def _no_result(self, held: list[Event], status: int | None, stderr: str) -> list[Event]:
         if self._released or held:
             return [*held, *salvage(None)]
+        if self._turns.complaint is not None:  # out of turns after a call off the schemas
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                "qwen: the model's tool call is invalid "
+                f"(after one retry: {self._turns.complaint})",
+                provider=self.provider,
+            )
         detail = "without a result event"
         if self.unparsable:
             detail += f" ({self.unparsable} unparsable line(s) on stdout)"
