@@ -2,7 +2,7 @@
 `tool_choice` or `response_format` is skipped like a gate (`UNSUPPORTED`), the chain goes
 on, and a chain no hop of which can honour it answers 400 naming the field.
 
-Real OLP, the fake qwen CLI (no client tools) and a FakeUpstream behind openai-http.
+Real OLP, the fake gemini CLI (no client tools) and a FakeUpstream behind openai-http.
 """
 
 from __future__ import annotations
@@ -39,12 +39,12 @@ def olp(tmp_path: Path, record: Path, beta: FakeUpstream) -> Iterator[ThreadServ
 
 
 def config(tmp_path: Path, record: Path, beta: FakeUpstream) -> dict[str, Any]:
-    """Chain `chat`: the fake qwen CLI, then `beta`; chain `solo`: the CLI alone."""
-    bin_dir = install(tmp_path / "bin", "qwen")
+    """Chain `chat`: the fake gemini CLI, then `beta`; chain `solo`: the CLI alone."""
+    bin_dir = install(tmp_path / "bin", "gemini")
     cli = {
-        "type": "qwen-cli",
-        "command": str(bin_dir / "qwen"),
-        "env": fake_env(record, "success_stream_json_partial_bare_notools"),
+        "type": "gemini-cli",
+        "command": str(bin_dir / "gemini"),
+        "env": fake_env(record, "success_stream_json_notools"),
         "consent": True,
     }
     return {
@@ -55,10 +55,10 @@ def config(tmp_path: Path, record: Path, beta: FakeUpstream) -> dict[str, Any]:
         "routing": {
             "chains": {
                 "chat": [
-                    {"provider": "cli", "model": "qwen3-coder-plus"},
+                    {"provider": "cli", "model": "gemini-2.5-flash"},
                     {"provider": "beta", "model": "m-beta"},
                 ],
-                "solo": [{"provider": "cli", "model": "qwen3-coder-plus"}],
+                "solo": [{"provider": "cli", "model": "gemini-2.5-flash"}],
             }
         },
         "cache": {"enabled": False},

@@ -178,6 +178,13 @@ class ClaudeStreamParser:
             value = block.get("text") if kind == "text" else block.get("thinking")
             if kind in ("text", "thinking") and isinstance(value, str):
                 events.extend(self._catch_up(msg_id, kind, value))
+        if self.tool_calls and self.tool_usage is None and isinstance(message.get("usage"), dict):
+            # Qwen Code has no `message_delta`: its finished message carries the counts.
+            usage = message["usage"]
+            self.tool_usage = Usage(
+                prompt_tokens=_tokens(usage, "input_tokens"),
+                completion_tokens=_tokens(usage, "output_tokens"),
+            )
         return events
 
     def _tool_use(self, block: dict[str, Any]) -> None:
