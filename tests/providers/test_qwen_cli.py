@@ -17,9 +17,9 @@ from olp.providers.qwen_cli.translate import (
     DROPS,
     QwenTranslator,
     auth_type,
-    bridge_settings,
     build_invocation,
     classify,
+    run_settings,
 )
 
 CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "qwen"
@@ -177,19 +177,28 @@ def test_invocation() -> None:
     assert inv.args == (
         "--output-format", "stream-json",
         "--include-partial-messages",
-        "--max-session-turns", "1",
-        "--bare",
-        "--exclude-tools", "read_file,edit,run_shell_command",
         "--chat-recording", "false",
+        "--max-session-turns", "1",
         "--auth-type", "openai",
         "-m", "qwen3-coder-plus",
         "--session-id", SESSION,
         "--system-prompt", "Be terse.",
     )  # fmt: skip
-    # The run's debug log (where its retry notices go) is the child's stderr.
-    assert inv.home_links == {f".qwen/debug/{SESSION}.txt": "/dev/stderr"}
+    # Not --bare (no MCP server, usage statistics on): OLP's settings instead, which are
+    # the system settings too, so the owner's system-wide ones (which would win) are not
+    # read; that path is relative to the working directory, a sibling of HOME.
+    assert inv.home_files == {".qwen/settings.json": run_settings(None)}
+    assert inv.env == {
+        "QWEN_CODE_SYSTEM_SETTINGS_PATH": "../home/.qwen/settings.json",
+        "QWEN_CODE_MAX_OUTPUT_TOKENS": "50",
+    }
+    # The run's debug log (where its retry notices go) is the child's stderr; the
+    # output-language rule Qwen Code would add to the system prompt is empty.
+    assert inv.home_links == {
+        f".qwen/debug/{SESSION}.txt": "/dev/stderr",
+        ".qwen/output-language.md": "/dev/null",
+    }
     assert inv.stdin == b"What is 2+2?"  # on stdin: no positional prompt
-    assert inv.env == {"QWEN_CODE_MAX_OUTPUT_TOKENS": "50"}
     assert inv.credentials == ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
     bare = build_invocation(
         req.__class__(model="m", messages=(Message("user", "hi"),)), {}, session_id=SESSION
@@ -282,39 +291,31 @@ def ask(**kw: Any) -> ChatRequest:
     return ChatRequest(model="qwen3-coder-plus", messages=(Message("user", "weather?"),), **kw)
 
 
-def test_tools_the_model_may_not_call_run_bare_and_are_not_sent() -> None:
+def test_tools_the_model_may_not_call_are_not_sent() -> None:
     inv = build_invocation(ask(tools=TOOLS, tool_choice="none"), {}, session_id=SESSION)
-    assert "--bare" in inv.args
     assert b"get_weather" not in inv.stdin
     assert not any("get_weather" in a for a in inv.args)
-    assert inv.home_files == {}
+    assert b"get_weather" not in inv.home_files[".qwen/settings.json"]
+    assert "mcpServers" not in json.loads(inv.home_files[".qwen/settings.json"])
 
 
-def test_a_bridged_run_has_olps_settings_instead_of_bare() -> None:
-    settings = bridge_settings(URL, TOOLS)
-    inv = build_invocation(ask(tools=TOOLS), {}, session_id=SESSION, settings=settings)
+def test_a_bridged_run_has_the_bridge_as_its_only_mcp_server() -> None:
+    inv = build_invocation(ask(tools=TOOLS), {}, session_id=SESSION, mcp_url=URL)
     args = list(inv.args)
-    assert "--bare" not in args  # under --bare Qwen Code loads no MCP server at all
-    assert "--exclude-tools" not in args  # the settings switch the built-ins off
     # One turn to answer, one more after arguments off the schema.
     assert args[args.index("--max-session-turns") + 1] == "2"
-    assert inv.home_files == {".qwen/settings.json": settings}
+    assert inv.home_files == {".qwen/settings.json": run_settings(URL)}
     assert URL not in " ".join(args)  # the secret URL is only in the private HOME
-    # The owner's system-wide settings (which would win) are not read: the system
-    # settings are the same file, through a path relative to the working directory.
-    assert inv.env["QWEN_CODE_SYSTEM_SETTINGS_PATH"] == "../home/.qwen/settings.json"
-    assert inv.home_links == {
-        f".qwen/debug/{SESSION}.txt": "/dev/stderr",
-        ".qwen/output-language.md": "/dev/null",  # no output-language rule in the prompt
-    }
-
-
-def test_bridge_settings_offer_only_the_bridge() -> None:
-    settings = json.loads(bridge_settings(URL, TOOLS))
+    settings = json.loads(run_settings(URL))
     assert settings["mcpServers"] == {"olp": {"httpUrl": URL, "trust": True}}
+
+
+def test_run_settings_keep_qwen_codes_own_parts_out() -> None:
+    settings = json.loads(run_settings(None))
     # An allow-list of core tools naming none of them: every built-in is off.
-    assert settings["tools"]["core"] == ["mcp__olp__get_weather", "mcp__olp__get_time"]
+    assert settings["tools"]["core"] == ["none"]
     assert "tool_search" in settings["permissions"]["deny"]  # MCP tools are not deferred
+    assert settings["context"]["fileName"] == "OLP-NO-CONTEXT-FILE.md"  # no QWEN.md
     assert settings["memory"]["enableManagedAutoMemory"] is False
     assert settings["model"] == {"skipStartupContext": True, "skipNextSpeakerCheck": True}
     assert settings["privacy"]["usageStatisticsEnabled"] is False

@@ -47,9 +47,11 @@ class QwenCliProvider(CliProvider):
                 yield event
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
-        settings = None if run is None else translate.bridge_settings(run.url, request.tools)
         invocation = translate.build_invocation(
-            request, self._config.env, session_id=str(uuid.uuid4()), settings=settings
+            request,
+            self._config.env,
+            session_id=str(uuid.uuid4()),
+            mcp_url=None if run is None else run.url,
         )
         translator = translate.QwenTranslator(
             self.name,

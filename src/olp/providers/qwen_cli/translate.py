@@ -9,21 +9,21 @@ word about them is a line in its debug log (`[RETRY] Attempt 1 failed with statu
 The invocation links that log to the child's stderr, and the first such line is the
 run's failure: OLP ends the run and the chain falls back at once.
 
-Client tools go through OLP's MCP bridge, which `--bare` cannot take (it loads no MCP
-server at all, `--mcp-config` included): a bridged run goes without it, and what `--bare`
-kept out is kept out by the settings OLP writes into the private HOME instead
-(`bridge_settings`)."""
+Qwen Code runs without `--bare`: that mode loads no MCP server at all (`--mcp-config`
+included), so client tools could not reach the model through OLP's MCP bridge, and it
+reads no settings, so its usage statistics stay on. What `--bare` kept out is kept out by
+the settings OLP writes into the private HOME instead (`run_settings`)."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
 
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, TextDelta, Tool
+from olp.ir import ChatRequest, Event, Finish, TextDelta
 from olp.observability import event_logger
 from olp.providers._claude_stream import ClaudeStreamParser, ToolTurns, finish_reason, usage_from
 from olp.providers._cli_stream import exit_failure, salvage
@@ -42,10 +42,10 @@ __all__ = [
     "LOGIN_HINT",
     "QwenTranslator",
     "auth_type",
-    "bridge_settings",
     "bridges_tools",
     "build_invocation",
     "classify",
+    "run_settings",
 ]
 
 log = event_logger("olp.providers.qwen_cli")
@@ -74,25 +74,21 @@ API_ERROR = "[API Error:"
 MCP_SERVER = "olp"
 TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 _SETTINGS_FILE = ".qwen/settings.json"
+# No --bare: it would load no MCP server, and it keeps usage statistics on (settings are
+# what turns them off, and --bare reads none). `run_settings` does the rest of its work.
+# One turn to answer; with bridged tools, one more after a call off the tools' schemas,
+# and a model that keeps calling a missing tool ends there (Qwen Code exits 53 with
+# "Reached max session turns").
 _FLAGS = (
     "--output-format", "stream-json",
     "--include-partial-messages",
-    "--max-session-turns", "1",
-    # --bare: no auto-discovered context files, extensions or background requests.
-    "--bare",
-    "--exclude-tools", "read_file,edit,run_shell_command",
     "--chat-recording", "false",
 )  # fmt: skip
-# A bridged run: no --bare (it would load no MCP server); `bridge_settings` does its work.
-# One turn to answer, one more after a call off the tools' schemas; a model that keeps
-# calling a missing tool ends there (Qwen Code exits with "Reached max session turns").
-_BRIDGED_FLAGS = (
-    "--output-format", "stream-json",
-    "--include-partial-messages",
-    "--max-session-turns", "2",
-    "--chat-recording", "false",
-)  # fmt: skip
-# Qwen Code's tools that are not "core" (so not switched off by `tools.core`): denied.
+_TURNS, _BRIDGED_TURNS = "1", "2"
+# `tools.core` is an allow-list of Qwen Code's core tools; naming none of them (MCP tools
+# are not core, and need no place in it) switches every one off.
+_NO_CORE_TOOL = "none"
+# Its tools that are not core: denied.
 _NON_CORE_TOOLS = (
     "agent",
     "ask_user_question",
@@ -105,7 +101,7 @@ _NON_CORE_TOOLS = (
     "web_fetch",
 )
 # Context files are looked for under this name only (the default QWEN.md and AGENTS.md
-# would be looked for from the working directory up to the repository holding it).
+# are looked for from the working directory up to the repository holding it).
 _NO_CONTEXT_FILE = "OLP-NO-CONTEXT-FILE.md"
 
 
@@ -125,23 +121,21 @@ def bridges_tools(request: ChatRequest) -> bool:
     return bool(request.tools) and request.tool_choice != "none"
 
 
-def bridge_settings(url: str, tools: Sequence[Tool]) -> bytes:
-    """The `settings.json` of a bridged run: what `--bare` did, and the bridge.
+def run_settings(mcp_url: str | None) -> bytes:
+    """The run's `settings.json`: what `--bare` did, without its faults, and the bridge.
 
-    - the bridge (`url`) is the only MCP server, trusted (no confirmation to ask for);
-    - every built-in tool is off: `tools.core` lists only the bridged tools (an allow-list
-      of core tools, which MCP tools are not), and the tools it does not cover are denied;
-      with `tool_search` gone, Qwen Code offers the MCP tools themselves instead of
-      deferring them behind it;
+    - `mcp_url`: the MCP bridge, the only MCP server, trusted (no confirmation to ask
+      for); None: no MCP server;
+    - every built-in tool is off (`tools.core`, `permissions.deny`); with `tool_search`
+      gone, Qwen Code offers the MCP tools themselves instead of deferring them behind it;
     - no context files, no auto memory (its prompt section and its background requests),
       no environment message before the prompt, no next-speaker check, no usage
       statistics or telemetry, no IDE;
     - `$version`: the current settings version, so the file is not rewritten.
     """
-    settings = {
+    settings: dict[str, Any] = {
         "$version": 4,
-        "mcpServers": {MCP_SERVER: {"httpUrl": url, "trust": True}},
-        "tools": {"core": [TOOL_PREFIX + tool.name for tool in tools]},
+        "tools": {"core": [_NO_CORE_TOOL]},
         "permissions": {"deny": list(_NON_CORE_TOOLS)},
         "context": {"fileName": _NO_CONTEXT_FILE},
         "memory": {"enableManagedAutoMemory": False},
@@ -150,6 +144,8 @@ def bridge_settings(url: str, tools: Sequence[Tool]) -> bytes:
         "telemetry": {"enabled": False},
         "ide": {"enabled": False},
     }
+    if mcp_url is not None:
+        settings["mcpServers"] = {MCP_SERVER: {"httpUrl": mcp_url, "trust": True}}
     return orjson.dumps(settings)
 
 
@@ -158,44 +154,39 @@ def build_invocation(
     env: Mapping[str, str],
     *,
     session_id: str,
-    settings: bytes | None = None,
+    mcp_url: str | None = None,
 ) -> CliInvocation:
-    """The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin
-    as the prompt (a positional one would be visible in the process list).
+    """`mcp_url`: the MCP bridge's, when `bridges_tools(request)`, else None.
 
-    `--bare` makes it ignore every settings file (so nothing is written to the private
-    HOME), skip context files, extensions, hooks and its background memory request, and
-    send no tool definitions: one request per answer. `session_id` (a UUID) names the
-    run's debug log, which is linked to stderr (see the module docstring).
+    The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin as
+    the prompt (a positional one would be visible in the process list).
 
-    `settings`: a bridged run's `bridge_settings`, when `bridges_tools(request)`. It is
-    the private HOME's `settings.json`, and the system settings too (their path is
-    relative to the working directory, a sibling of HOME), so the owner's own system-wide
-    settings, which would win over it, are not read. The output-language rule Qwen Code
-    writes and reads back into every system prompt is /dev/null.
+    The run's `run_settings` are the private HOME's `settings.json` and the system
+    settings too (their path is relative to the working directory, a sibling of HOME), so
+    the owner's system-wide settings, which would win over them, are not read. The
+    output-language rule Qwen Code writes and reads back into every system prompt is
+    /dev/null. One request per answer. `session_id` (a UUID) names the run's debug log,
+    which is linked to stderr (see the module docstring).
     """
     honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
     prompt = serialise(request, honoured=honoured)
-    flags = _FLAGS if settings is None else _BRIDGED_FLAGS
-    args = [*flags, "--auth-type", auth_type(env), "-m", request.model]
-    args += ["--session-id", session_id]
+    turns = _TURNS if mcp_url is None else _BRIDGED_TURNS
+    args = [*_FLAGS, "--max-session-turns", turns]
+    args += ["--auth-type", auth_type(env), "-m", request.model, "--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
-    child_env = {}
+    child_env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": f"../home/{_SETTINGS_FILE}"}
     if request.max_tokens is not None:
         child_env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
-    home_files: dict[str, bytes] = {}
-    home_links = {f".qwen/debug/{session_id}.txt": "/dev/stderr"}
-    if settings is not None:
-        home_files[_SETTINGS_FILE] = settings
-        home_links[".qwen/output-language.md"] = "/dev/null"
-        child_env["QWEN_CODE_SYSTEM_SETTINGS_PATH"] = f"../home/{_SETTINGS_FILE}"
     return CliInvocation(
         args=tuple(args),
         stdin=prompt.prompt.encode(),
         env=child_env,
-        home_files=home_files,
+        home_files={_SETTINGS_FILE: run_settings(mcp_url)},
         credentials=CREDENTIALS,
-        home_links=home_links,
+        home_links={
+            f".qwen/debug/{session_id}.txt": "/dev/stderr",
+            ".qwen/output-language.md": "/dev/null",
+        },
     )
 
 
