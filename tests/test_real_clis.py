@@ -184,7 +184,7 @@ def test_qwen_streams_an_answer_without_tools(
     assert len(pieces) >= 2
     assert finish == "stop"
     assert headers["x-olp-provider-used"] == "real"
-    [request] = model_requests(upstream)  # --bare: no background memory request
+    [request] = model_requests(upstream)  # no background (memory) request
     body = request.json
     assert body.get("tools", []) == []
     assert body["model"] == "qwen3-coder-plus"
