@@ -189,7 +189,9 @@ def test_qwen_streams_an_answer_without_tools(
     assert body.get("tools", []) == []
     assert body["model"] == "qwen3-coder-plus"
     assert body["messages"][0] == {"role": "system", "content": SYSTEM}
-    assert "Say it." in json.dumps(body["messages"][-1])
+    # The question alone: no environment message (date, OS, directory) before it.
+    [asked] = body["messages"][1:]
+    assert "Say it." in json.dumps(asked)
     assert beta.calls == 0
 
 

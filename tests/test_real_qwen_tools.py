@@ -11,6 +11,7 @@ follow-up, the tool result. No CLI process may outlive a request.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
@@ -365,3 +366,45 @@ def test_a_client_that_leaves_mid_run_leaves_no_process(
     thread.join(30)
     http.close()
     assert no_qwen_left(qwen, within_s=15)
+
+
+def test_a_long_tool_name_qwen_code_shortens_comes_back_as_the_clients(
+    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+) -> None:
+    name = "lookup_the_current_weather_conditions_for_a_given_city_x"
+    tool = {"type": "function", "function": {**WEATHER["function"], "name": name}}  # type: ignore[dict-item]
+    shortened = "mcp__olp__lookup_the_current___er_conditions_for_a_given_city_x"
+    upstream.script(ToolCalls([(shortened, '{"city": "Paris"}')]))
+    answer = client(olp).chat.completions.create(
+        model="chat",
+        messages=QUESTION,  # type: ignore[arg-type]
+        tools=[tool],  # type: ignore[list-item]
+    )
+    [call] = answer.choices[0].message.tool_calls or []
+    assert call.function.name == name
+    [offered] = model_requests(upstream)
+    assert tool_names(offered) == [shortened]  # what the model saw
+    assert no_qwen_left(qwen)
+
+
+def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    upstream.script(Hang(60))
+    body = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
+    headers = {"authorization": f"Bearer {OWNER_TOKEN}"}
+
+    def ask(server: ThreadServer) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            httpx.post(
+                f"{server.base_url}/v1/chat/completions", json=body, headers=headers, timeout=60
+            )
+
+    with olp_server(tmp_path, config(qwen, upstream, beta)) as server:
+        thread = threading.Thread(target=ask, args=(server,))
+        thread.start()
+        assert upstream.wait_for(lambda: upstream.calls == 1, timeout=30)
+        assert qwen_processes(qwen)
+    # Leaving the block shut OLP down with the CLI waiting on the upstream.
+    assert no_qwen_left(qwen, within_s=15)
+    thread.join(30)

@@ -384,3 +384,22 @@ def test_a_turn_off_the_schema_then_out_of_turns_is_an_error_that_says_so() -> N
         "qwen: the model's tool call is invalid (after one retry: "
         "get_weather: /city: 'Paris' is not of type 'integer')"
     )
+
+
+def test_a_tool_name_qwen_code_shortens_is_the_clients_again() -> None:
+    long_name = "lookup_the_current_weather_conditions_for_a_given_city_x"  # 56 characters
+    # Qwen Code's name for it: `mcp__olp__<name>` is longer than 63, so it keeps the first
+    # 28 and the last 32 characters.
+    cli_name = "mcp__olp__lookup_the_current___er_conditions_for_a_given_city_x"
+    assert len(cli_name) == 63
+    message = {
+        "id": "m1",
+        "content": [{"type": "tool_use", "id": "call_1", "name": cli_name, "input": {}}],
+    }
+    lines = [
+        json.dumps({"type": "assistant", "message": message}).encode(),
+        json.dumps({"type": "stream_event", "event": {"type": "message_stop"}}).encode(),
+    ]
+    tr = QwenTranslator("qwen", lambda: NOW, tool_schemas={long_name: None})
+    events = [event for line in lines for event in tr.feed(line)]
+    assert events == [ToolCallDelta(0, "call_1", long_name, "{}")]

@@ -65,8 +65,12 @@ def _is_answer(kind: object, doc: dict[str, Any]) -> bool:
 class ClaudeStreamParser:
     """Feed decoded stdout lines in order; read the outcome off the attributes."""
 
-    def __init__(self, tool_prefix: str | None = None) -> None:
-        """`tool_prefix`: how the CLI names bridged client tools (None: no tools bridged)."""
+    def __init__(
+        self, tool_prefix: str | None = None, tool_names: Mapping[str, str] | None = None
+    ) -> None:
+        """`tool_prefix`: how the CLI names bridged client tools (None: no tools bridged);
+        `tool_names`: the client's name of a tool the CLI names otherwise than
+        `<tool_prefix><name>` (e.g. shortened)."""
         self.result: dict[str, Any] | None = None
         self.rate_limit: RateLimitInfo | None = None
         # The CLI's synthetic error message: its `error` kind and its text.
@@ -83,6 +87,7 @@ class ClaudeStreamParser:
         self.tools_called = False
         self.tool_usage: Usage | None = None
         self._tool_prefix = tool_prefix
+        self._tool_names = tool_names or {}
         self._input_tokens = 0
         self._message_id = ""
         # Per message id and kind ("text"/"thinking"): what deltas carried, and what the
@@ -194,7 +199,8 @@ class ClaudeStreamParser:
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{len(self.tool_calls)}"
         arguments = orjson.dumps(block.get("input") or {}).decode()
-        self.tool_calls.append(ToolCall(call_id, name[len(prefix) :], arguments))
+        client_name = self._tool_names.get(name, name[len(prefix) :])
+        self.tool_calls.append(ToolCall(call_id, client_name, arguments))
 
     def _catch_up(self, msg_id: str, kind: str, value: str) -> list[Event]:
         """Emit what this finished block has that no delta carried."""

@@ -74,6 +74,7 @@ API_ERROR = "[API Error:"
 MCP_SERVER = "olp"
 TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 _SETTINGS_FILE = ".qwen/settings.json"
+_MAX_TOOL_NAME = 63
 # No --bare: it would load no MCP server, and it keeps usage statistics on (settings are
 # what turns them off, and --bare reads none). `run_settings` does the rest of its work.
 # One turn to answer; with bridged tools, one more after a call off the tools' schemas,
@@ -119,6 +120,13 @@ def auth_type(env: Mapping[str, str]) -> str:
 def bridges_tools(request: ChatRequest) -> bool:
     """The request's tools are offered to the model (through the MCP bridge)."""
     return bool(request.tools) and request.tool_choice != "none"
+
+
+def _cli_tool_name(name: str) -> str:
+    """What Qwen Code calls the bridged tool `name`: `mcp__olp__<name>`, with characters
+    outside [a-zA-Z0-9_.-] replaced, and cut to 63 (its first 28 and last 32 characters)."""
+    valid = re.sub(r"[^a-zA-Z0-9_.-]", "_", TOOL_PREFIX + name)
+    return valid if len(valid) <= _MAX_TOOL_NAME else f"{valid[:28]}___{valid[-32:]}"
 
 
 def run_settings(mcp_url: str | None) -> bytes:
@@ -207,7 +215,10 @@ class QwenTranslator:
         `ToolTurns` for them, `parallel_tool_calls` and `on_retry`."""
         self.provider = provider
         self.command = command
-        self.parser = ClaudeStreamParser(None if tool_schemas is None else TOOL_PREFIX)
+        self.parser = ClaudeStreamParser(
+            None if tool_schemas is None else TOOL_PREFIX,
+            {_cli_tool_name(name): name for name in tool_schemas or ()},
+        )
         self._turns = ToolTurns(
             self.parser, tool_schemas or {}, on_retry, parallel=parallel_tool_calls
         )
