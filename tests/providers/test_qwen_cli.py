@@ -199,6 +199,8 @@ def test_invocation() -> None:
         ".qwen/output-language.md": "/dev/null",
     }
     assert inv.stdin == b"What is 2+2?"  # on stdin: no positional prompt
+    # No `.env` of a directory above the working one is read: the search stops here.
+    assert inv.work_files == {".env": b""}
     assert inv.credentials == ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
     bare = build_invocation(
         req.__class__(model="m", messages=(Message("user", "hi"),)), {}, session_id=SESSION

@@ -190,6 +190,9 @@ def build_invocation(
         stdin=prompt.prompt.encode(),
         env=child_env,
         home_files={_SETTINGS_FILE: run_settings(mcp_url)},
+        # Qwen Code loads the first `.env` it finds from its working directory up to `/`
+        # (for variables not set already): an empty one here ends that search.
+        work_files={".env": b""},
         credentials=CREDENTIALS,
         home_links={
             f".qwen/debug/{session_id}.txt": "/dev/stderr",
