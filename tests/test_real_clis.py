@@ -184,12 +184,14 @@ def test_qwen_streams_an_answer_without_tools(
     assert len(pieces) >= 2
     assert finish == "stop"
     assert headers["x-olp-provider-used"] == "real"
-    [request] = model_requests(upstream)  # --bare: no background memory request
+    [request] = model_requests(upstream)  # no background (memory) request
     body = request.json
     assert body.get("tools", []) == []
     assert body["model"] == "qwen3-coder-plus"
     assert body["messages"][0] == {"role": "system", "content": SYSTEM}
-    assert "Say it." in json.dumps(body["messages"][-1])
+    # The question alone: no environment message (date, OS, directory) before it.
+    [asked] = body["messages"][1:]
+    assert "Say it." in json.dumps(asked)
     assert beta.calls == 0
 
 
@@ -271,3 +273,20 @@ def test_claude_adds_the_owners_system_prompt_after_the_clients(
     system = json.dumps(request.json["system"])
     assert "OLP-SYSTEM-MARKER" in system and "OWNER-RULE: answer in French." in system
     assert system.index("OLP-SYSTEM-MARKER") < system.index("OWNER-RULE")
+
+
+def test_qwen_reads_no_env_file_above_its_working_directory(
+    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+) -> None:
+    """Qwen Code loads the first `.env` it finds from its working directory up to `/`: one
+    above OLP's temporary directories (here a dead proxy) must not reach it."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    (temp / ".env").write_text("HTTP_PROXY=http://127.0.0.1:9\nHTTPS_PROXY=http://127.0.0.1:9\n")
+    upstream.script(Text(ANSWER))
+    conf = config("qwen", qwen, qwen_env(upstream), beta)
+    with olp_server(tmp_path, conf, {"TMPDIR": str(temp)}) as olp:
+        pieces, _, headers = stream_chat(olp)
+    assert "".join(pieces) == ANSWER
+    assert headers["x-olp-provider-used"] == "real"
+    assert beta.calls == 0

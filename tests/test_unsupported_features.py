@@ -2,7 +2,7 @@
 `tool_choice` or `response_format` is skipped like a gate (`UNSUPPORTED`), the chain goes
 on, and a chain no hop of which can honour it answers 400 naming the field.
 
-Real OLP, the fake qwen CLI (no client tools) and a FakeUpstream behind openai-http.
+Real OLP, the fake vibe CLI (no client tools) and a FakeUpstream behind openai-http.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from olp.ir import ChatRequest, Message, NamedToolChoice, ResponseFormat, Tool
 from olp.providers.base import Capabilities
 
 from fakes.cli import fake_env, install, records
+from fakes.cli_chains import CLIS
 from fakes.upstream import FakeUpstream, Text
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server
 
@@ -39,13 +40,12 @@ def olp(tmp_path: Path, record: Path, beta: FakeUpstream) -> Iterator[ThreadServ
 
 
 def config(tmp_path: Path, record: Path, beta: FakeUpstream) -> dict[str, Any]:
-    """Chain `chat`: the fake qwen CLI, then `beta`; chain `solo`: the CLI alone."""
-    bin_dir = install(tmp_path / "bin", "qwen")
+    """Chain `chat`: the fake vibe CLI, then `beta`; chain `solo`: the CLI alone."""
+    bin_dir = install(tmp_path / "bin", "vibe")
     cli = {
-        "type": "qwen-cli",
-        "command": str(bin_dir / "qwen"),
-        "env": fake_env(record, "success_stream_json_partial_bare_notools"),
-        "consent": True,
+        "type": "vibe-cli",
+        "command": str(bin_dir / "vibe"),
+        "env": fake_env(record, "success_streaming", **CLIS["vibe"].env),
     }
     return {
         "providers": {
@@ -55,10 +55,10 @@ def config(tmp_path: Path, record: Path, beta: FakeUpstream) -> dict[str, Any]:
         "routing": {
             "chains": {
                 "chat": [
-                    {"provider": "cli", "model": "qwen3-coder-plus"},
+                    {"provider": "cli", "model": "devstral-medium-latest"},
                     {"provider": "beta", "model": "m-beta"},
                 ],
-                "solo": [{"provider": "cli", "model": "qwen3-coder-plus"}],
+                "solo": [{"provider": "cli", "model": "devstral-medium-latest"}],
             }
         },
         "cache": {"enabled": False},

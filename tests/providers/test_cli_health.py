@@ -1,4 +1,4 @@
-"""`health()` and `quota()` of claude-cli and qwen-cli, with the fake CLI as the binary."""
+"""`health()` and `quota()` of the CLI providers, with the fake CLI as the binary."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from olp.ir import ChatRequest, Message
 from olp.providers.base import HopContext, Provider
 from olp.providers.claude_cli import ClaudeCliProvider
 from olp.providers.qwen_cli import QwenCliProvider
+from olp.providers.vibe_cli import VibeCliProvider
 
 from fakes.cli import fake_env, install
 
@@ -44,13 +45,7 @@ def test_health_reports_binary_version_and_login(tmp_path: Path, cli: str) -> No
     assert health.checks[1] == f"version: 9.9.9 ({cli}, fake)"
     assert health.checks[2].startswith(f"logged in: yes (~/{LOGIN_FILES[cli]} present")
     assert health.checks[3].startswith("drops: temperature, top_p")
-    assert (
-        health.checks[4]
-        == {
-            "claude": "client tools: yes, over MCP (tool_choice: auto, none)",
-            "qwen": "client tools: no (a request with tools skips this provider)",
-        }[cli]
-    )
+    assert health.checks[4] == "client tools: yes, over MCP (tool_choice: auto, none)"
     assert not (tmp_path / "rec.jsonl").exists()  # no model was called
 
 
@@ -93,3 +88,12 @@ def test_claude_quota_comes_from_the_latest_rate_limit_event(tmp_path: Path) -> 
     assert snapshot.reset_at == 1795970041.0
     assert "five_hour" in snapshot.source
     assert snapshot.extra == {"rejected": 0.0}
+
+
+def test_a_cli_without_the_bridge_says_tools_skip_it(tmp_path: Path) -> None:
+    bin_dir = install(tmp_path / "bin", "vibe")
+    env = fake_env(tmp_path / "rec.jsonl", "success_streaming", MISTRAL_API_KEY="k")
+    config = ProviderConfig("vibe", "vibe-cli", command=str(bin_dir / "vibe"), env=env)
+    health = asyncio.run(VibeCliProvider(config).health())
+    assert health.ok, health
+    assert health.checks[-1] == "client tools: no (a request with tools skips this provider)"

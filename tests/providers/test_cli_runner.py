@@ -124,6 +124,21 @@ async def collect(proc: CliProcess) -> list[bytes]:
     return [line async for line in proc.lines()]
 
 
+def test_work_files_are_the_only_files_of_the_working_directory(make_config: Any) -> None:
+    run = runner(make_config(RECORDER))
+    invocation = CliInvocation(
+        args=(), home_files={".cfg/settings.json": b"{}"}, work_files={".env": b""}
+    )
+
+    async def go() -> list[bytes]:
+        async with run.spawn(invocation) as proc:
+            return await collect(proc)
+
+    rec = orjson.loads(asyncio.run(go())[0])
+    assert rec["cwd_listing"] == [".env"]
+    assert ".env" not in rec["home_files"]
+
+
 def test_isolation_env_argv_stdin_cwd_home(
     make_config: Any, owner_home: Path, tmp_path: Path
 ) -> None:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, Message, TextDelta, Usage
+from olp.ir import ChatRequest, Event, Finish, Message, TextDelta, Tool, ToolCallDelta, Usage
 from olp.providers._prompt import DEFAULT_SYSTEM_PROMPT
 from olp.providers.qwen_cli import plugin
 from olp.providers.qwen_cli.translate import (
@@ -18,6 +19,7 @@ from olp.providers.qwen_cli.translate import (
     auth_type,
     build_invocation,
     classify,
+    run_settings,
 )
 
 CAPTURES = Path(__file__).resolve().parent.parent / "fixtures" / "cli" / "qwen"
@@ -175,19 +177,30 @@ def test_invocation() -> None:
     assert inv.args == (
         "--output-format", "stream-json",
         "--include-partial-messages",
-        "--max-session-turns", "1",
-        "--bare",
-        "--exclude-tools", "read_file,edit,run_shell_command",
         "--chat-recording", "false",
+        "--max-session-turns", "1",
         "--auth-type", "openai",
         "-m", "qwen3-coder-plus",
         "--session-id", SESSION,
         "--system-prompt", "Be terse.",
     )  # fmt: skip
-    # The run's debug log (where its retry notices go) is the child's stderr.
-    assert inv.home_links == {f".qwen/debug/{SESSION}.txt": "/dev/stderr"}
+    # Not --bare (no MCP server, usage statistics on): OLP's settings instead, which are
+    # the system settings too, so the owner's system-wide ones (which would win) are not
+    # read; that path is relative to the working directory, a sibling of HOME.
+    assert inv.home_files == {".qwen/settings.json": run_settings(None)}
+    assert inv.env == {
+        "QWEN_CODE_SYSTEM_SETTINGS_PATH": "../home/.qwen/settings.json",
+        "QWEN_CODE_MAX_OUTPUT_TOKENS": "50",
+    }
+    # The run's debug log (where its retry notices go) is the child's stderr; the
+    # output-language rule Qwen Code would add to the system prompt is empty.
+    assert inv.home_links == {
+        f".qwen/debug/{SESSION}.txt": "/dev/stderr",
+        ".qwen/output-language.md": "/dev/null",
+    }
     assert inv.stdin == b"What is 2+2?"  # on stdin: no positional prompt
-    assert inv.env == {"QWEN_CODE_MAX_OUTPUT_TOKENS": "50"}
+    # No `.env` of a directory above the working one is read: the search stops here.
+    assert inv.work_files == {".env": b""}
     assert inv.credentials == ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
     bare = build_invocation(
         req.__class__(model="m", messages=(Message("user", "hi"),)), {}, session_id=SESSION
@@ -209,6 +222,9 @@ def test_plugin() -> None:
     assert provider.capabilities.drops == DROPS
     assert "temperature" in DROPS
     assert "max_tokens" not in DROPS
+    assert "tools (client-side function calling)" not in DROPS  # bridged over MCP
+    assert provider.capabilities.tools is True
+    assert provider.capabilities.tool_choices == {"auto", "none"}
     assert provider.quota() is None
 
 
@@ -265,3 +281,127 @@ def test_the_debug_log_stays_out_of_error_messages() -> None:
     assert "real trouble: node crashed" in info.value.message
     assert "OPENAI_ERROR" not in info.value.message
     assert "at retry" not in info.value.message
+
+
+# -- client tools through the MCP bridge ---------------------------------------------------
+
+URL = "http://127.0.0.1:1/secret/mcp"
+TOOLS = (Tool("get_weather"), Tool("get_time"))
+
+
+def ask(**kw: Any) -> ChatRequest:
+    return ChatRequest(model="qwen3-coder-plus", messages=(Message("user", "weather?"),), **kw)
+
+
+def test_tools_the_model_may_not_call_are_not_sent() -> None:
+    inv = build_invocation(ask(tools=TOOLS, tool_choice="none"), {}, session_id=SESSION)
+    assert b"get_weather" not in inv.stdin
+    assert not any("get_weather" in a for a in inv.args)
+    assert b"get_weather" not in inv.home_files[".qwen/settings.json"]
+    assert "mcpServers" not in json.loads(inv.home_files[".qwen/settings.json"])
+
+
+def test_a_bridged_run_has_the_bridge_as_its_only_mcp_server() -> None:
+    inv = build_invocation(ask(tools=TOOLS), {}, session_id=SESSION, mcp_url=URL)
+    args = list(inv.args)
+    # One turn to answer, one more after arguments off the schema.
+    assert args[args.index("--max-session-turns") + 1] == "2"
+    assert inv.home_files == {".qwen/settings.json": run_settings(URL)}
+    assert URL not in " ".join(args)  # the secret URL is only in the private HOME
+    settings = json.loads(run_settings(URL))
+    assert settings["mcpServers"] == {"olp": {"httpUrl": URL, "trust": True}}
+
+
+def test_run_settings_keep_qwen_codes_own_parts_out() -> None:
+    settings = json.loads(run_settings(None))
+    # An allow-list of core tools naming none of them: every built-in is off.
+    assert settings["tools"]["core"] == ["none"]
+    assert "tool_search" in settings["permissions"]["deny"]  # MCP tools are not deferred
+    assert settings["context"]["fileName"] == "OLP-NO-CONTEXT-FILE.md"  # no QWEN.md
+    assert settings["memory"]["enableManagedAutoMemory"] is False
+    assert settings["model"] == {"skipStartupContext": True, "skipNextSpeakerCheck": True}
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    assert settings["telemetry"]["enabled"] is False
+    assert settings["$version"] == 4  # current: Qwen Code does not rewrite the file
+
+
+def tool_replay(**kw: Any) -> tuple[list[Event], int]:
+    """The real CLI's output for two bridged tool calls (captured with the real 0.15.10)."""
+    tr = QwenTranslator(
+        "qwen", lambda: NOW, tool_schemas={"get_weather": None, "get_time": None}, **kw
+    )
+    read = 0
+    events: list[Event] = []
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        read += 1
+        events.extend(tr.feed(line))
+        if tr.done:
+            break
+    return [*events, *tr.end(None, "")], read
+
+
+def test_bridged_tool_calls_are_the_answer_under_the_clients_names() -> None:
+    events, read = tool_replay()
+    lines = (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines()
+    assert read == len(lines)  # done at message_stop: the CLI is not left to call them
+    assert events == [
+        ToolCallDelta(0, "call_fake_0", "get_weather", '{"city":"Paris"}'),
+        ToolCallDelta(1, "call_fake_1", "get_time", '{"tz":"CET"}'),
+        Usage(prompt_tokens=12, completion_tokens=7),  # from the finished message
+        Finish("tool_calls"),
+    ]
+
+
+def test_parallel_tool_calls_false_answers_the_first_call_only() -> None:
+    events, _ = tool_replay(parallel_tool_calls=False)
+    calls = [e for e in events if isinstance(e, ToolCallDelta)]
+    assert calls == [ToolCallDelta(0, "call_fake_0", "get_weather", '{"city":"Paris"}')]
+    assert events[-1] == Finish("tool_calls")
+
+
+def test_without_a_bridge_tool_use_blocks_are_not_client_tool_calls() -> None:
+    tr = QwenTranslator("qwen", lambda: NOW)
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        assert not [e for e in tr.feed(line) if isinstance(e, ToolCallDelta)]
+    assert not tr.done
+
+
+def test_a_turn_off_the_schema_then_out_of_turns_is_an_error_that_says_so() -> None:
+    retried: list[int] = []
+    schemas = {
+        "get_weather": {"type": "object", "properties": {"city": {"type": "integer"}}},
+        "get_time": None,
+    }
+    tr = QwenTranslator("qwen", lambda: NOW, tool_schemas=schemas, on_retry=retried.append)
+    events: list[Event] = []
+    for line in (CAPTURES / "tool_use_parallel_bridged.jsonl").read_bytes().splitlines():
+        events.extend(tr.feed(line))
+    assert not tr.done  # reading on: the model was told, its next turn may answer
+    assert not [e for e in events if isinstance(e, ToolCallDelta)]
+    assert retried == [2]  # both calls of the turn are let go by the bridge
+    # Qwen Code's word when the next turn would be one too many: stderr, exit 53.
+    with pytest.raises(ProviderError) as caught:
+        tr.end(53, "Reached max session turns for this session.")
+    assert caught.value.message == (
+        "qwen: the model's tool call is invalid (after one retry: "
+        "get_weather: /city: 'Paris' is not of type 'integer')"
+    )
+
+
+def test_a_tool_name_qwen_code_shortens_is_the_clients_again() -> None:
+    long_name = "lookup_the_current_weather_conditions_for_a_given_city_x"  # 56 characters
+    # Qwen Code's name for it: `mcp__olp__<name>` is longer than 63, so it keeps the first
+    # 28 and the last 32 characters.
+    cli_name = "mcp__olp__lookup_the_current___er_conditions_for_a_given_city_x"
+    assert len(cli_name) == 63
+    message = {
+        "id": "m1",
+        "content": [{"type": "tool_use", "id": "call_1", "name": cli_name, "input": {}}],
+    }
+    lines = [
+        json.dumps({"type": "assistant", "message": message}).encode(),
+        json.dumps({"type": "stream_event", "event": {"type": "message_stop"}}).encode(),
+    ]
+    tr = QwenTranslator("qwen", lambda: NOW, tool_schemas={long_name: None})
+    events = [event for line in lines for event in tr.feed(line)]
+    assert events == [ToolCallDelta(0, "call_1", long_name, "{}")]

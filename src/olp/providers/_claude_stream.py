@@ -12,20 +12,23 @@ With client tools bridged over MCP (`olp.providers._mcp_bridge`), the model's ca
 them (`tool_use` blocks named `<tool_prefix><name>`) are collected from the finished
 blocks, and the message that made them is the answer: at its `message_stop` they come out
 as `ToolCallDelta`s under the client's own names, and that is terminal too (the CLI
-would go on to call the tools, which only the client may run).
+would go on to call the tools, which only the client may run). `ToolTurns` checks each
+turn's calls against the request's tools before they are the answer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from olp.ir import Event, ReasoningDelta, TextDelta, ToolCall, ToolCallDelta, Usage
+from olp.ir import Event, Finish, ReasoningDelta, TextDelta, ToolCall, ToolCallDelta, Usage
 from olp.providers._anthropic_messages import finish_reason, usage_from
+from olp.providers._json_schema import arguments_error
 
-__all__ = ["ClaudeStreamParser", "RateLimitInfo", "finish_reason", "usage_from"]
+__all__ = ["ClaudeStreamParser", "RateLimitInfo", "ToolTurns", "finish_reason", "usage_from"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +65,12 @@ def _is_answer(kind: object, doc: dict[str, Any]) -> bool:
 class ClaudeStreamParser:
     """Feed decoded stdout lines in order; read the outcome off the attributes."""
 
-    def __init__(self, tool_prefix: str | None = None) -> None:
-        """`tool_prefix`: how the CLI names bridged client tools (None: no tools bridged)."""
+    def __init__(
+        self, tool_prefix: str | None = None, tool_names: Mapping[str, str] | None = None
+    ) -> None:
+        """`tool_prefix`: how the CLI names bridged client tools (None: no tools bridged);
+        `tool_names`: the client's name of a tool the CLI names otherwise than
+        `<tool_prefix><name>` (e.g. shortened)."""
         self.result: dict[str, Any] | None = None
         self.rate_limit: RateLimitInfo | None = None
         # The CLI's synthetic error message: its `error` kind and its text.
@@ -80,6 +87,7 @@ class ClaudeStreamParser:
         self.tools_called = False
         self.tool_usage: Usage | None = None
         self._tool_prefix = tool_prefix
+        self._tool_names = tool_names or {}
         self._input_tokens = 0
         self._message_id = ""
         # Per message id and kind ("text"/"thinking"): what deltas carried, and what the
@@ -175,6 +183,13 @@ class ClaudeStreamParser:
             value = block.get("text") if kind == "text" else block.get("thinking")
             if kind in ("text", "thinking") and isinstance(value, str):
                 events.extend(self._catch_up(msg_id, kind, value))
+        if self.tool_calls and self.tool_usage is None and isinstance(message.get("usage"), dict):
+            # Qwen Code has no `message_delta`: its finished message carries the counts.
+            usage = message["usage"]
+            self.tool_usage = Usage(
+                prompt_tokens=_tokens(usage, "input_tokens"),
+                completion_tokens=_tokens(usage, "output_tokens"),
+            )
         return events
 
     def _tool_use(self, block: dict[str, Any]) -> None:
@@ -184,7 +199,8 @@ class ClaudeStreamParser:
         if not isinstance(call_id, str) or not call_id:
             call_id = f"call_{len(self.tool_calls)}"
         arguments = orjson.dumps(block.get("input") or {}).decode()
-        self.tool_calls.append(ToolCall(call_id, name[len(prefix) :], arguments))
+        client_name = self._tool_names.get(name, name[len(prefix) :])
+        self.tool_calls.append(ToolCall(call_id, client_name, arguments))
 
     def _catch_up(self, msg_id: str, kind: str, value: str) -> list[Event]:
         """Emit what this finished block has that no delta carried."""
@@ -205,3 +221,66 @@ class ClaudeStreamParser:
 def _tokens(usage: object, key: str) -> int:
     value = usage.get(key) if isinstance(usage, dict) else None
     return value if isinstance(value, int) and value >= 0 else 0
+
+
+class ToolTurns:
+    """The model's calls of bridged tools, turn by turn, before they are the answer.
+
+    A call of a tool the request does not have, or with arguments off its tool's
+    parameters, was answered with the problem (by the CLI or the bridge), so the model may
+    call again: that turn is not the answer. Its calls are dropped, `on_retry(calls)` lets
+    the bridge release the turn's held calls, and the parser reads on for the next turn.
+    """
+
+    def __init__(
+        self,
+        parser: ClaudeStreamParser,
+        schemas: Mapping[str, Mapping[str, Any] | None],
+        on_retry: Callable[[int], None] | None = None,
+        *,
+        parallel: bool = True,
+    ) -> None:
+        """`schemas`: each bridged tool's parameters (empty: calls are not checked);
+        `parallel=False`: only a turn's first call is answered (a CLI cannot forbid
+        several)."""
+        self._parser = parser
+        self._schemas = schemas
+        self._on_retry = on_retry
+        self._parallel = parallel
+        # The last turn's problem, for the error when the CLI runs out of turns.
+        self.complaint: str | None = None
+
+    def screen(self, events: list[Event]) -> list[Event]:
+        """`events` without the tool calls that are not (or not all of) the answer."""
+        if self._parser.tools_called and self._schemas and self._off_schema():
+            events = [e for e in events if not isinstance(e, ToolCallDelta)]
+        if not self._parallel:
+            events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
+        return events
+
+    def finish(self) -> list[Event]:
+        """The end of an answer that is tool calls: the turn's usage (if told), `tool_calls`."""
+        usage = self._parser.tool_usage
+        return [usage, Finish("tool_calls")] if usage is not None else [Finish("tool_calls")]
+
+    def _off_schema(self) -> bool:
+        calls = self._parser.tool_calls
+        for call in calls:
+            if call.name not in self._schemas:
+                problem: str | None = "not one of the request's tools"
+            else:
+                problem = arguments_error(_json(call.arguments), self._schemas[call.name])
+            if problem is not None:
+                self.complaint = f"{call.name}: {problem}"
+                self._parser.retry_tools()
+                if self._on_retry is not None:  # the bridge saw the calls of its tools
+                    self._on_retry(sum(call.name in self._schemas for call in calls))
+                return True
+        return False
+
+
+def _json(text: str) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None

@@ -25,7 +25,7 @@ def safe_relative(path: str, what: str) -> PurePosixPath:
     """A relative path that stays inside the directory it is joined to."""
     rel = PurePosixPath(path)
     if not path or rel.is_absolute() or ".." in rel.parts:
-        raise ValueError(f"{what} must be a relative path inside HOME, got {path!r}")
+        raise ValueError(f"{what} must be a relative path inside its directory, got {path!r}")
     return rel
 
 
@@ -60,8 +60,15 @@ class Sandbox:
         return box
 
     def write_home_files(self, files: Mapping[str, bytes]) -> None:
+        self._write(self.home, files, "home file")
+
+    def write_work_files(self, files: Mapping[str, bytes]) -> None:
+        self._write(self.work, files, "working-directory file")
+
+    @staticmethod
+    def _write(base: Path, files: Mapping[str, bytes], what: str) -> None:
         for rel, data in files.items():
-            target = self.home / safe_relative(rel, "home file")
+            target = base / safe_relative(rel, what)
             target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "wb") as out:

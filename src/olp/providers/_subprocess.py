@@ -75,6 +75,8 @@ class CliInvocation:
     env: Mapping[str, str] = field(default_factory=dict)  # on top of the scrubbed base env
     # Files written under the private HOME (relative paths), e.g. ".gemini/settings.json".
     home_files: Mapping[str, bytes] = field(default_factory=dict)
+    # Files written into the (otherwise empty) working directory, likewise.
+    work_files: Mapping[str, bytes] = field(default_factory=dict)
     # (path relative to the owner's real home, path relative to the private HOME):
     # symlinked in if the owner's file exists.
     credentials: tuple[tuple[str, str], ...] = ()
@@ -315,12 +317,13 @@ class CliRunner:
     def _prepare(self, box: Sandbox, invocation: CliInvocation) -> dict[str, str]:
         try:
             box.write_home_files(invocation.home_files)
+            box.write_work_files(invocation.work_files)
             box.link_home(invocation.home_links)
             box.link_credentials(self.config.user_home, invocation.credentials)
         except (OSError, ValueError) as exc:
             raise ProviderError(
                 Failure.SPAWN_FAILED,
-                f"cannot prepare the private HOME for {self.provider}: {exc}",
+                f"cannot prepare the private HOME and working directory for {self.provider}: {exc}",
                 provider=self.provider,
             ) from exc
         return child_env(self.config, box, invocation.env)

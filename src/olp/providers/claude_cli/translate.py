@@ -12,16 +12,17 @@ import orjson
 
 from olp.config.model import Timeouts
 from olp.errors import Failure, ProviderError
-from olp.ir import ChatRequest, Event, Finish, TextDelta, ToolCallDelta, json_default
+from olp.ir import ChatRequest, Event, Finish, TextDelta, json_default
 from olp.observability import event_logger
 from olp.providers._claude_stream import (
     ClaudeStreamParser,
     RateLimitInfo,
+    ToolTurns,
     finish_reason,
     usage_from,
 )
 from olp.providers._cli_stream import exit_failure, salvage
-from olp.providers._json_schema import arguments_error, schema_error
+from olp.providers._json_schema import schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -209,10 +210,9 @@ class ClaudeTranslator:
         self.provider = provider
         self.command = command
         self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
-        self._tool_schemas = tool_schemas or {}
-        self._on_retry = on_retry
-        self._tool_complaint: str | None = None
-        self._parallel = parallel_tool_calls
+        self._turns = ToolTurns(
+            self.parser, tool_schemas or {}, on_retry, parallel=parallel_tool_calls
+        )
         self._schema = schema
         # The CLI's last word on a structured answer that did not match the schema.
         self._schema_complaint: str | None = None
@@ -241,10 +241,7 @@ class ClaudeTranslator:
             # Text around the structured-output call is not the answer; the call is.
             events = [e for e in events if not isinstance(e, TextDelta)]
             self._schema_complaint = _tool_error(doc) or self._schema_complaint
-        if self.parser.tools_called and self._tool_schemas and self._off_tool_schema():
-            events = [e for e in events if not isinstance(e, ToolCallDelta)]
-        if not self._parallel:
-            events = [e for e in events if not isinstance(e, ToolCallDelta) or e.index == 0]
+        events = self._turns.screen(events)
         info = self.parser.rate_limit
         if info is not None and info is not before and self._on_rate_limit is not None:
             self._on_rate_limit(info)
@@ -252,8 +249,7 @@ class ClaudeTranslator:
 
     def end(self, status: int | None, stderr: str) -> list[Event]:
         if self.parser.tools_called:
-            usage = self.parser.tool_usage
-            return [usage, Finish("tool_calls")] if usage is not None else [Finish("tool_calls")]
+            return self._turns.finish()
         result = self.parser.result
         if result is None:
             return self._no_result(status, stderr)
@@ -263,24 +259,6 @@ class ClaudeTranslator:
         if self._schema is not None:
             return [self._structured(result, self._schema), usage, Finish("stop")]
         return [usage, Finish(finish_reason(result.get("stop_reason") or self.parser.stop_reason))]
-
-    def _off_tool_schema(self) -> bool:
-        """A call of this turn is of no tool of the request, or does not match its tool's
-        parameters: the model was told so (by the CLI or the bridge), and this turn is not
-        the answer (`on_retry`); the next one may be."""
-        calls = self.parser.tool_calls
-        for call in calls:
-            if call.name not in self._tool_schemas:
-                problem: str | None = "not one of the request's tools"
-            else:
-                problem = arguments_error(_json(call.arguments), self._tool_schemas[call.name])
-            if problem is not None:
-                self._tool_complaint = f"{call.name}: {problem}"
-                self.parser.retry_tools()
-                if self._on_retry is not None:  # the bridge saw the calls of its tools
-                    self._on_retry(sum(call.name in self._tool_schemas for call in calls))
-                return True
-        return False
 
     def _structured(self, result: Mapping[str, Any], schema: Mapping[str, Any]) -> TextDelta:
         """The CLI's structured output as the answer's text, checked against `schema`."""
@@ -311,11 +289,11 @@ class ClaudeTranslator:
 
     def _error(self, result: Mapping[str, Any]) -> ProviderError:
         out_of_turns = result.get("subtype") == "error_max_turns"
-        if out_of_turns and self._tool_complaint is not None:
+        if out_of_turns and self._turns.complaint is not None:
             return ProviderError(
                 Failure.UPSTREAM_ERROR,
                 "claude: the model's tool call is invalid "
-                f"(after one retry: {self._tool_complaint})",
+                f"(after one retry: {self._turns.complaint})",
                 provider=self.provider,
             )
         if out_of_turns and self._schema is not None:
@@ -396,13 +374,6 @@ def _failure(text: str, status: int | None, kind: str | None) -> Failure:
     if status is None and "timed out" in text.lower():
         return Failure.TIMEOUT
     return Failure.UPSTREAM_ERROR
-
-
-def _json(text: str) -> Any:
-    try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
 
 
 def _tool_error(doc: Mapping[str, Any]) -> str | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
@@ -12,6 +13,9 @@ from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
 from olp.providers.base import HopContext, ProviderHealth
 from olp.providers.qwen_cli import translate
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = ["QwenCliProvider"]
 
@@ -27,14 +31,36 @@ class QwenCliProvider(CliProvider):
         super().__init__(
             config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
-        self.capabilities = self._capabilities(translate.DROPS)
+        self.capabilities = self._capabilities(
+            translate.DROPS, tool_choices=frozenset({"auto", "none"})
+        )
 
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         request = self._with_system_prompt(request)
+        if not translate.bridges_tools(request):
+            async for event in self._run(request, None):
+                yield event
+            return
+        bridge = await self._tool_bridge()
+        async with bridge.serve(request.tools) as run:
+            async for event in self._run(request, run):
+                yield event
+
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(
-            request, self._config.env, session_id=str(uuid.uuid4())
+            request,
+            self._config.env,
+            session_id=str(uuid.uuid4()),
+            mcp_url=None if run is None else run.url,
         )
-        translator = translate.QwenTranslator(self.name, time.time, self._runner.command)
+        translator = translate.QwenTranslator(
+            self.name,
+            time.time,
+            self._runner.command,
+            tool_schemas=None if run is None else {t.name: t.parameters for t in request.tools},
+            parallel_tool_calls=request.parallel_tool_calls is not False,
+            on_retry=None if run is None else run.retry_turn,
+        )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event
 

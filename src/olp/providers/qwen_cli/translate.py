@@ -7,19 +7,25 @@ cannot be such a text, and those answers become errors, never content.
 Qwen Code also retries 429 and 5xx answers for minutes with nothing on stdout; its only
 word about them is a line in its debug log (`[RETRY] Attempt 1 failed with status 429`).
 The invocation links that log to the child's stderr, and the first such line is the
-run's failure: OLP ends the run and the chain falls back at once."""
+run's failure: OLP ends the run and the chain falls back at once.
+
+Qwen Code runs without `--bare`: that mode loads no MCP server at all (`--mcp-config`
+included), so client tools could not reach the model through OLP's MCP bridge, and it
+reads no settings, so its usage statistics stay on. What `--bare` kept out is kept out by
+the settings OLP writes into the private HOME instead (`run_settings`)."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import ChatRequest, Event, Finish, TextDelta
 from olp.observability import event_logger
-from olp.providers._claude_stream import ClaudeStreamParser, finish_reason, usage_from
+from olp.providers._claude_stream import ClaudeStreamParser, ToolTurns, finish_reason, usage_from
 from olp.providers._cli_stream import exit_failure, salvage
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
@@ -36,8 +42,10 @@ __all__ = [
     "LOGIN_HINT",
     "QwenTranslator",
     "auth_type",
+    "bridges_tools",
     "build_invocation",
     "classify",
+    "run_settings",
 ]
 
 log = event_logger("olp.providers.qwen_cli")
@@ -49,19 +57,53 @@ LOGIN_HINT = "run `qwen` once and log in with /auth (Qwen OAuth)"
 # Qwen OAuth login (`qwen` → /auth); API keys come through the provider's `env`.
 CREDENTIALS = ((".qwen/oauth_creds.json", ".qwen/oauth_creds.json"),)
 CREDENTIAL_ENV = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "GEMINI_API_KEY")
-DROPS = (*COMMON_CLI_DROPS, "reasoning_effort", "images", "n > 1")
+# Client tools go through the MCP bridge; a `tool_choice` it cannot honour is refused.
+DROPS = (
+    *(d for d in COMMON_CLI_DROPS if not d.startswith("tool")),
+    "reasoning_effort",
+    "images",
+    "n > 1",
+)
 # Passed on through the CLI's environment rather than dropped.
 HONOURED = frozenset({"max_tokens"})
+# With client tools: `tool_choice` auto/none and `parallel_tool_calls` are honoured too
+# (none: the tools are not offered; false: only the first call is answered).
+HONOURED_WITH_TOOLS = HONOURED | {"tools", "tool_choice", "parallel_tool_calls"}
 API_ERROR = "[API Error:"
+# The bridge's name in the CLI's settings; Qwen Code calls its tools mcp__<name>__<tool>.
+MCP_SERVER = "olp"
+TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
+_SETTINGS_FILE = ".qwen/settings.json"
+_MAX_TOOL_NAME = 63
+# No --bare: it would load no MCP server, and it keeps usage statistics on (settings are
+# what turns them off, and --bare reads none). `run_settings` does the rest of its work.
+# One turn to answer; with bridged tools, one more after a call off the tools' schemas,
+# and a model that keeps calling a missing tool ends there (Qwen Code exits 53 with
+# "Reached max session turns").
 _FLAGS = (
     "--output-format", "stream-json",
     "--include-partial-messages",
-    "--max-session-turns", "1",
-    # --bare: no auto-discovered context files, extensions or background requests.
-    "--bare",
-    "--exclude-tools", "read_file,edit,run_shell_command",
     "--chat-recording", "false",
 )  # fmt: skip
+_TURNS, _BRIDGED_TURNS = "1", "2"
+# `tools.core` is an allow-list of Qwen Code's core tools; naming none of them (MCP tools
+# are not core, and need no place in it) switches every one off.
+_NO_CORE_TOOL = "none"
+# Its tools that are not core: denied.
+_NON_CORE_TOOLS = (
+    "agent",
+    "ask_user_question",
+    "exit_plan_mode",
+    "send_message",
+    "skill",
+    "task_stop",
+    "todo_write",
+    "tool_search",
+    "web_fetch",
+)
+# Context files are looked for under this name only (the default QWEN.md and AGENTS.md
+# are looked for from the working directory up to the repository holding it).
+_NO_CONTEXT_FILE = "OLP-NO-CONTEXT-FILE.md"
 
 
 def auth_type(env: Mapping[str, str]) -> str:
@@ -75,30 +117,87 @@ def auth_type(env: Mapping[str, str]) -> str:
     return "qwen-oauth"
 
 
-def build_invocation(
-    request: ChatRequest, env: Mapping[str, str], *, session_id: str
-) -> CliInvocation:
-    """The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin
-    as the prompt (a positional one would be visible in the process list).
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's tools are offered to the model (through the MCP bridge)."""
+    return bool(request.tools) and request.tool_choice != "none"
 
-    `--bare` makes it ignore every settings file (so nothing is written to the private
-    HOME), skip context files, extensions, hooks and its background memory request, and
-    send no tool definitions: one request per answer. `session_id` (a UUID) names the
-    run's debug log, which is linked to stderr (see the module docstring).
+
+def _cli_tool_name(name: str) -> str:
+    """What Qwen Code calls the bridged tool `name`: `mcp__olp__<name>`, with characters
+    outside [a-zA-Z0-9_.-] replaced, and cut to 63 (its first 28 and last 32 characters)."""
+    valid = re.sub(r"[^a-zA-Z0-9_.-]", "_", TOOL_PREFIX + name)
+    return valid if len(valid) <= _MAX_TOOL_NAME else f"{valid[:28]}___{valid[-32:]}"
+
+
+def run_settings(mcp_url: str | None) -> bytes:
+    """The run's `settings.json`: what `--bare` did, without its faults, and the bridge.
+
+    - `mcp_url`: the MCP bridge, the only MCP server, trusted (no confirmation to ask
+      for); None: no MCP server;
+    - every built-in tool is off (`tools.core`, `permissions.deny`); with `tool_search`
+      gone, Qwen Code offers the MCP tools themselves instead of deferring them behind it;
+    - no context files, no auto memory (its prompt section and its background requests),
+      no environment message before the prompt, no next-speaker check, no usage
+      statistics or telemetry, no IDE;
+    - `$version`: the current settings version, so the file is not rewritten.
     """
-    prompt = serialise(request, honoured=HONOURED)
-    args = [*_FLAGS, "--auth-type", auth_type(env), "-m", request.model]
-    args += ["--session-id", session_id]
+    settings: dict[str, Any] = {
+        "$version": 4,
+        "tools": {"core": [_NO_CORE_TOOL]},
+        "permissions": {"deny": list(_NON_CORE_TOOLS)},
+        "context": {"fileName": _NO_CONTEXT_FILE},
+        "memory": {"enableManagedAutoMemory": False},
+        "model": {"skipStartupContext": True, "skipNextSpeakerCheck": True},
+        "privacy": {"usageStatisticsEnabled": False},
+        "telemetry": {"enabled": False},
+        "ide": {"enabled": False},
+    }
+    if mcp_url is not None:
+        settings["mcpServers"] = {MCP_SERVER: {"httpUrl": mcp_url, "trust": True}}
+    return orjson.dumps(settings)
+
+
+def build_invocation(
+    request: ChatRequest,
+    env: Mapping[str, str],
+    *,
+    session_id: str,
+    mcp_url: str | None = None,
+) -> CliInvocation:
+    """`mcp_url`: the MCP bridge's, when `bridges_tools(request)`, else None.
+
+    The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin as
+    the prompt (a positional one would be visible in the process list).
+
+    The run's `run_settings` are the private HOME's `settings.json` and the system
+    settings too (their path is relative to the working directory, a sibling of HOME), so
+    the owner's system-wide settings, which would win over them, are not read. The
+    output-language rule Qwen Code writes and reads back into every system prompt is
+    /dev/null. One request per answer. `session_id` (a UUID) names the run's debug log,
+    which is linked to stderr (see the module docstring).
+    """
+    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+    prompt = serialise(request, honoured=honoured)
+    turns = _TURNS if mcp_url is None else _BRIDGED_TURNS
+    args = [*_FLAGS, "--max-session-turns", turns]
+    args += ["--auth-type", auth_type(env), "-m", request.model, "--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
-    child_env = {}
+    child_env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": f"../home/{_SETTINGS_FILE}"}
     if request.max_tokens is not None:
         child_env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
     return CliInvocation(
         args=tuple(args),
         stdin=prompt.prompt.encode(),
         env=child_env,
+        home_files={_SETTINGS_FILE: run_settings(mcp_url)},
+        # Qwen Code loads the first `.env` it finds from its working directory up to `/`
+        # (for variables not set already): an empty one here ends that search.
+        work_files={".env": b""},
         credentials=CREDENTIALS,
-        home_links={f".qwen/debug/{session_id}.txt": "/dev/stderr"},
+        home_links={
+            f".qwen/debug/{session_id}.txt": "/dev/stderr",
+            ".qwen/output-language.md": "/dev/null",
+        },
     )
 
 
@@ -106,11 +205,26 @@ class QwenTranslator:
     """stream-json lines → events; see `olp.providers._cli_stream.LineTranslator`."""
 
     def __init__(
-        self, provider: str, now: Callable[[], float], command: str = DEFAULT_COMMAND
+        self,
+        provider: str,
+        now: Callable[[], float],
+        command: str = DEFAULT_COMMAND,
+        *,
+        tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
+        parallel_tool_calls: bool = True,
+        on_retry: Callable[[int], None] | None = None,
     ) -> None:
+        """`tool_schemas`: the bridged tools' parameters (None: no tools bridged); see
+        `ToolTurns` for them, `parallel_tool_calls` and `on_retry`."""
         self.provider = provider
         self.command = command
-        self.parser = ClaudeStreamParser()
+        self.parser = ClaudeStreamParser(
+            None if tool_schemas is None else TOOL_PREFIX,
+            {_cli_tool_name(name): name for name in tool_schemas or ()},
+        )
+        self._turns = ToolTurns(
+            self.parser, tool_schemas or {}, on_retry, parallel=parallel_tool_calls
+        )
         self.unparsable = 0
         self._now = now
         self._held = ""  # the answer's start, until it cannot be "[API Error: …"
@@ -136,7 +250,7 @@ class QwenTranslator:
                 self.unparsable += 1
                 log.debug("cli_unparsable_line", provider=self.provider, line=line[:200])
             return []
-        return self._guard(self.parser.feed(doc))
+        return self._turns.screen(self._guard(self.parser.feed(doc)))
 
     def _guard(self, events: list[Event]) -> list[Event]:
         out: list[Event] = []
@@ -170,6 +284,8 @@ class QwenTranslator:
         return classify(self.provider, f"{API_ERROR} {detail}]", self._now())
 
     def end(self, status: int | None, stderr: str) -> list[Event]:
+        if self.parser.tools_called:
+            return self._turns.finish()
         stderr = _without_debug_log(stderr)
         result = self.parser.result
         text = result.get("result") if result is not None else None
@@ -188,6 +304,13 @@ class QwenTranslator:
     def _no_result(self, held: list[Event], status: int | None, stderr: str) -> list[Event]:
         if self._released or held:
             return [*held, *salvage(None)]
+        if self._turns.complaint is not None:  # out of turns after a call off the schemas
+            raise ProviderError(
+                Failure.UPSTREAM_ERROR,
+                "qwen: the model's tool call is invalid "
+                f"(after one retry: {self._turns.complaint})",
+                provider=self.provider,
+            )
         detail = "without a result event"
         if self.unparsable:
             detail += f" ({self.unparsable} unparsable line(s) on stdout)"
