@@ -24,6 +24,7 @@ from olp.ir import (
     ToolCallDelta,
     Usage,
 )
+from olp.providers._prompt import bridges_tools
 from olp.providers.codex_cli import translate
 from olp.providers.codex_cli.events import AppServerTurn
 from olp.providers.codex_cli.tool_calls import ToolCallReader
@@ -110,11 +111,11 @@ def test_raw_events_are_asked_for_only_by_a_bridged_run() -> None:
 def test_tool_choice_none_is_not_bridged() -> None:
     tool = Tool("get_weather", "", SCHEMAS["get_weather"])
     ask = (Message("user", "hi"),)
-    assert translate.bridges_tools(ChatRequest(model="m", messages=ask, tools=(tool,)))
-    assert not translate.bridges_tools(
+    assert bridges_tools(ChatRequest(model="m", messages=ask, tools=(tool,)))
+    assert not bridges_tools(
         ChatRequest(model="m", messages=ask, tools=(tool,), tool_choice="none")
     )
-    assert not translate.bridges_tools(ChatRequest(model="m", messages=ask))
+    assert not bridges_tools(ChatRequest(model="m", messages=ask))
 
 
 # -- the captured bridged runs -----------------------------------------------------------

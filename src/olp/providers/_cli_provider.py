@@ -9,8 +9,9 @@ A `CliProvider` owns the `CliRunner`, builds the capabilities every CLI has in c
 client tools unless the CLI bridges them, no sampling, JSON mode as an instruction, the
 runner's concurrency), reports no quota unless the provider overrides `quota()`, stops its
 waiting processes (the warm pool) in `retire()` and kills its children in `aclose()`.
-A CLI that takes client tools gets its MCP bridge from `_tool_bridge()`, made on the
-first request with tools and closed with the provider.
+`stream()` adds the owner's `system_prompt` and, for a request whose client tools the CLI
+takes (`bridges_tools`), serves them on this provider's MCP bridge (made on the first such
+request, closed with the provider) for the run; the subclass's `_run()` starts the CLI.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -24,19 +25,20 @@ from __future__ import annotations
 import asyncio
 import importlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from olp.config.model import ProviderConfig
 from olp.errors import ProviderError
-from olp.ir import ChatRequest, Message
+from olp.ir import ChatRequest, Event, Message
 from olp.providers._cli_stream import cli_version, credential_check
+from olp.providers._prompt import bridges_tools
 from olp.providers._subprocess import CliRunner
-from olp.providers.base import Capabilities, ProviderHealth, QuotaSnapshot
+from olp.providers.base import Capabilities, HopContext, ProviderHealth, QuotaSnapshot
 
 if TYPE_CHECKING:
-    from olp.providers._mcp_bridge import ToolBridge
+    from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 
 __all__ = ["CliProvider"]
 
@@ -44,10 +46,14 @@ _BRIDGE_MODULE = "olp.providers._mcp_bridge"
 
 
 class CliProvider:
-    """The shared half of a CLI provider; subclasses add `stream()` and `health()`."""
+    """The shared half of a CLI provider; subclasses add `_run()` (or their own `stream()`)
+    and `health()`."""
 
     name: str
     capabilities: Capabilities
+    # Parameters the CLI adds to every tool it declares: not the client's, so the bridge
+    # leaves them out of its argument check.
+    added_tool_parameters: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
         self,
@@ -175,6 +181,21 @@ class CliProvider:
         if not extra:
             return request
         return replace(request, messages=(*request.messages, Message("system", extra)))
+
+    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
+        request = self._with_system_prompt(request)
+        if not (self.capabilities.tools and bridges_tools(request)):
+            async for event in self._run(request, None):
+                yield event
+            return
+        bridge = await self._tool_bridge()
+        async with bridge.serve(request.tools, self.added_tool_parameters) as run:
+            async for event in self._run(request, run):
+                yield event
+
+    def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+        """The CLI's run for `request`, with `run` its bridged tools (None: none)."""
+        raise NotImplementedError
 
     async def _tool_bridge(self) -> ToolBridge:
         """This provider's MCP bridge for client tools, started on first use."""

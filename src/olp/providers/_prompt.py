@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_SYSTEM_PROMPT",
     "IMAGE_PLACEHOLDER",
     "CliPrompt",
+    "bridges_tools",
     "dropped_features",
     "format_instruction",
     "render_message",
@@ -173,3 +174,9 @@ def _content(message: Message, keep_images: bool, images: list[ImagePart]) -> st
 def _has_image(message: Message) -> bool:
     content = message.content
     return isinstance(content, tuple) and any(isinstance(p, ImagePart) for p in content)
+
+
+def bridges_tools(request: ChatRequest) -> bool:
+    """The request's client tools are offered to the model (through OLP's MCP bridge):
+    it has tools, and `tool_choice` is not `none`."""
+    return bool(request.tools) and request.tool_choice != "none"

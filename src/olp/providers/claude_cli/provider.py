@@ -11,7 +11,7 @@ from olp.ir import ChatRequest, Event
 from olp.providers._claude_stream import RateLimitInfo
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
-from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.base import ProviderHealth, QuotaSnapshot
 from olp.providers.claude_cli import translate
 
 if TYPE_CHECKING:
@@ -38,17 +38,6 @@ class ClaudeCliProvider(CliProvider):
             tool_choices=frozenset({"auto", "none"}),
         )
         self._rate_limit: RateLimitInfo | None = None
-
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        request = self._with_system_prompt(request)
-        if not translate.bridges_tools(request):
-            async for event in self._run(request, None):
-                yield event
-            return
-        bridge = await self._tool_bridge()
-        async with bridge.serve(request.tools) as run:
-            async for event in self._run(request, run):
-                yield event
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         config = None if run is None else translate.mcp_config(run.url)

@@ -37,7 +37,6 @@ __all__ = [
     "LOGIN_HINT",
     "WARM_DEFAULT",
     "ClaudeTranslator",
-    "bridges_tools",
     "build_invocation",
     "classify",
     "mcp_config",
@@ -109,11 +108,6 @@ def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
     spec = format_.json_schema
     schema = spec.get("schema") if format_.type == "json_schema" and spec else None
     return schema if isinstance(schema, Mapping) else _ANY_OBJECT
-
-
-def bridges_tools(request: ChatRequest) -> bool:
-    """The request's tools are offered to the model (through the MCP bridge)."""
-    return bool(request.tools) and request.tool_choice != "none"
 
 
 def build_invocation(

@@ -21,7 +21,7 @@ from olp.ir import ChatRequest, Event, is_content
 from olp.providers._cli_provider import CliProvider
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._subprocess import CliInvocation
-from olp.providers.base import HopContext, ProviderHealth, QuotaSnapshot
+from olp.providers.base import ProviderHealth, QuotaSnapshot
 from olp.providers.codex_cli import translate
 from olp.providers.codex_cli.events import AppServerTurn
 from olp.providers.codex_cli.tool_calls import ToolCallReader
@@ -58,17 +58,6 @@ class CodexCliProvider(CliProvider):
             tool_choices=frozenset({"auto", "none"}),
         )
         self._quota: QuotaSnapshot | None = None
-
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        request = self._with_system_prompt(request)
-        if not translate.bridges_tools(request):
-            async for event in self._run(request, None):
-                yield event
-            return
-        bridge = await self._tool_bridge()
-        async with bridge.serve(request.tools) as run:
-            async for event in self._run(request, run):
-                yield event
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED

@@ -53,7 +53,6 @@ __all__ = [
     "RpcId",
     "Upstream",
     "argv",
-    "bridges_tools",
     "config_toml",
     "decline",
     "home_files",
@@ -143,11 +142,6 @@ def upstream_from_env(env: Mapping[str, str]) -> Upstream | None:
     return Upstream(
         base_url=(base_url or DEFAULT_OPENAI_BASE_URL).rstrip("/"), env_key="OPENAI_API_KEY"
     )
-
-
-def bridges_tools(request: ChatRequest) -> bool:
-    """The request's tools are offered to the model (through the MCP bridge)."""
-    return bool(request.tools) and request.tool_choice != "none"
 
 
 def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:

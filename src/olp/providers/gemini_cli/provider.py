@@ -11,7 +11,7 @@ from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import credential_check, stream_cli
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._subprocess import CliInvocation
-from olp.providers.base import HopContext, ProviderHealth
+from olp.providers.base import ProviderHealth
 from olp.providers.gemini_cli import translate
 from olp.providers.gemini_cli.events import GeminiStream, GeminiTools
 
@@ -34,23 +34,14 @@ class GeminiCliProvider(CliProvider):
     No `quota()`: gemini has no headless quota query; 429 texts carry the signal.
     """
 
+    added_tool_parameters = translate.ADDED_PARAMETERS
+
     def __init__(self, config: ProviderConfig) -> None:
         super().__init__(
             config, default_command=translate.DEFAULT_COMMAND, install_hint=translate.INSTALL_HINT
         )
         self._auth = translate.auth_type(config.env)
         self.capabilities = self._capabilities(DROPS, tool_choices=frozenset({"auto", "none"}))
-
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        request = self._with_system_prompt(request)
-        if not translate.bridges_tools(request):
-            async for event in self._run(request, None):
-                yield event
-            return
-        bridge = await self._tool_bridge()
-        async with bridge.serve(request.tools, translate.ADDED_PARAMETERS) as run:
-            async for event in self._run(request, run):
-                yield event
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         cli = serialise(request, honoured=_HONOURED_WITH_TOOLS if request.tools else frozenset())

@@ -31,8 +31,6 @@ from typing import Any
 
 import orjson
 
-from olp.ir import ChatRequest
-
 __all__ = [
     "ADDED_PARAMETERS",
     "CREDENTIAL_FILES",
@@ -43,7 +41,6 @@ __all__ = [
     "SYSTEM_FILE",
     "argv",
     "auth_type",
-    "bridges_tools",
     "child_env",
     "gemini_tool_name",
     "home_files",
@@ -84,11 +81,6 @@ def auth_type(env: Mapping[str, str]) -> str:
 def argv(model: str) -> tuple[str, ...]:
     # `--model=` form: a model name starting with "-" cannot become a flag.
     return ("-p", "", "--output-format", "stream-json", f"--model={model}")
-
-
-def bridges_tools(request: ChatRequest) -> bool:
-    """The request's tools are offered to the model (through the MCP bridge)."""
-    return bool(request.tools) and request.tool_choice != "none"
 
 
 def gemini_tool_name(name: str) -> str:

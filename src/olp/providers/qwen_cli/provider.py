@@ -11,7 +11,7 @@ from olp.config.model import ProviderConfig
 from olp.ir import ChatRequest, Event
 from olp.providers._cli_provider import CliProvider
 from olp.providers._cli_stream import stream_cli
-from olp.providers.base import HopContext, ProviderHealth
+from olp.providers.base import ProviderHealth
 from olp.providers.qwen_cli import translate
 
 if TYPE_CHECKING:
@@ -34,17 +34,6 @@ class QwenCliProvider(CliProvider):
         self.capabilities = self._capabilities(
             translate.DROPS, tool_choices=frozenset({"auto", "none"})
         )
-
-    async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
-        request = self._with_system_prompt(request)
-        if not translate.bridges_tools(request):
-            async for event in self._run(request, None):
-                yield event
-            return
-        bridge = await self._tool_bridge()
-        async with bridge.serve(request.tools) as run:
-            async for event in self._run(request, run):
-                yield event
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
         invocation = translate.build_invocation(

@@ -42,7 +42,6 @@ __all__ = [
     "LOGIN_HINT",
     "QwenTranslator",
     "auth_type",
-    "bridges_tools",
     "build_invocation",
     "classify",
     "run_settings",
@@ -115,11 +114,6 @@ def auth_type(env: Mapping[str, str]) -> str:
     if env.get("GEMINI_API_KEY"):
         return "gemini"
     return "qwen-oauth"
-
-
-def bridges_tools(request: ChatRequest) -> bool:
-    """The request's tools are offered to the model (through the MCP bridge)."""
-    return bool(request.tools) and request.tool_choice != "none"
 
 
 def _cli_tool_name(name: str) -> str:
