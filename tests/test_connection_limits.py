@@ -95,6 +95,18 @@ def test_a_later_request_whose_headers_stall_is_closed_after_header_timeout_s(
     assert 0.8 < elapsed < 3
 
 
+@pytest.mark.parametrize("path", [b"/health", b"/v1/models"])
+def test_a_client_that_ends_its_side_after_the_request_still_gets_the_answer(
+    server: ProcessServer, path: bytes
+) -> None:
+    # printf 'GET …' | nc -N: the request, then the end of the client's side at once.
+    for _ in range(20):
+        with _connect(server) as sock:
+            sock.sendall(b"GET " + path + b" HTTP/1.1\r\nHost: x\r\n\r\n")
+            sock.shutdown(socket.SHUT_WR)
+            assert _read_all(sock).startswith(b"HTTP/1.1 "), path
+
+
 def test_a_complete_request_is_not_cut_by_header_timeout_s(server: ProcessServer) -> None:
     # Keep-alive: two requests on one connection, the second after the first's timeout.
     with httpx.Client(base_url=server.base_url) as client:

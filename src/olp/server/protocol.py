@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -69,27 +69,42 @@ class WaitingConnections:
 class BatchingTransport(asyncio.Transport):
     """A connection's transport whose writes in one event-loop turn leave as one send.
 
-    The first write of a turn schedules the flush (`call_soon`), so nothing waits longer
-    than the rest of that turn; closing flushes first.
+    The first write of a turn schedules the `flush()` (`call_soon`), so nothing waits
+    longer than the rest of that turn. Closing flushes first, and so does the guard when
+    the client ends its side (asyncio then closes the transport itself); once the
+    transport is closing, a write goes out at once, as it would without batching. Flow
+    control sees a turn's writes when they are flushed: one turn's worth, at most one
+    answer, may pass the high-water mark.
     """
 
     def __init__(self, transport: asyncio.Transport) -> None:
         super().__init__()
         self._transport = transport
         self._pending: list[bytes] = []
+        self._lost = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
-        if not self._pending:
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._lost:
+            return
         self._pending.append(bytes(data))
+        if self._transport.is_closing():
+            self.flush()
+        elif len(self._pending) == 1:
+            asyncio.get_running_loop().call_soon(self.flush)
 
-    def _flush(self) -> None:
+    def flush(self) -> None:
+        """Send what this turn wrote (nothing once the connection is lost)."""
         pending, self._pending = self._pending, []
-        if pending and not self._transport.is_closing():
+        if pending and not self._lost:
             self._transport.write(b"".join(pending))
 
+    def connection_lost(self) -> None:
+        """The connection is gone: what is pending, and what comes, is dropped."""
+        self._lost = True
+        self._pending.clear()
+
     def close(self) -> None:
-        self._flush()
+        self.flush()
         self._transport.close()
 
     def abort(self) -> None:
@@ -132,6 +147,7 @@ class ConnectionGuard(asyncio.Protocol):
         self._limits = self.waiting.settings()
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._transport: asyncio.Transport | None = None
+        self._out: BatchingTransport | None = None  # the transport uvicorn writes to
         self._timer: asyncio.TimerHandle | None = None
         self._in_head = True
         self._head_bytes = 0
@@ -140,8 +156,9 @@ class ConnectionGuard(asyncio.Protocol):
     # -- asyncio.Protocol ----------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport  # type: ignore[assignment]
-        self._http.connection_made(BatchingTransport(self._transport))  # type: ignore[arg-type]
+        self._transport = cast(asyncio.Transport, transport)  # (a stream's, as uvicorn needs)
+        self._out = BatchingTransport(self._transport)
+        self._http.connection_made(self._out)
         self._start_timer()
         self.waiting.add(self)
 
@@ -153,12 +170,17 @@ class ConnectionGuard(asyncio.Protocol):
         self._http.data_received(data)
 
     def eof_received(self) -> None:
+        # asyncio closes the transport once this returns: what uvicorn wrote goes first.
+        if self._out is not None:
+            self._out.flush()
         self._http.eof_received()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._stop_timer()
         self.waiting.discard(self)
         self._transport = None
+        if self._out is not None:
+            self._out.connection_lost()
         self._http.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -234,7 +256,7 @@ class ConnectionGuard(asyncio.Protocol):
         self._stop_timer()
         if self._transport is not None and not self._transport.is_closing():
             log.debug("connection_closed", reason=why)
-            self._transport.close()
+            (self._out or self._transport).close()  # (what uvicorn wrote goes first)
 
 
 def guarded_protocol(
