@@ -86,6 +86,15 @@ def test_system_text_replaces_geminis_system_prompt_through_a_private_file() -> 
     assert translate.SYSTEM_FILE not in translate.home_files("oauth-personal", "")
 
 
+def test_the_machines_system_settings_are_the_runs_own_file() -> None:
+    # Relative to the working directory, HOME's sibling: /etc/gemini-cli's settings (which
+    # win) and defaults (merged in) cannot add tools or MCP servers to a run.
+    env = translate.child_env("")
+    own = "../home/" + translate.SETTINGS_FILE
+    assert env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] == own
+    assert env["GEMINI_CLI_SYSTEM_DEFAULTS_PATH"] == own
+
+
 def test_bridged_tools_are_the_only_tools_and_get_a_second_turn() -> None:
     doc = translate.settings("gemini-api-key", "http://127.0.0.1:9/secret/mcp")
     assert doc["mcpServers"] == {"olp": {"httpUrl": "http://127.0.0.1:9/secret/mcp"}}

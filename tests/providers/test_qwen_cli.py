@@ -185,11 +185,13 @@ def test_invocation() -> None:
         "--system-prompt", "Be terse.",
     )  # fmt: skip
     # Not --bare (no MCP server, usage statistics on): OLP's settings instead, which are
-    # the system settings too, so the owner's system-wide ones (which would win) are not
-    # read; that path is relative to the working directory, a sibling of HOME.
+    # the system settings and defaults too, so the machine's (which would win, or be
+    # merged in) are not read; that path is relative to the working directory, a sibling
+    # of HOME.
     assert inv.home_files == {".qwen/settings.json": run_settings(None)}
     assert inv.env == {
         "QWEN_CODE_SYSTEM_SETTINGS_PATH": "../home/.qwen/settings.json",
+        "QWEN_CODE_SYSTEM_DEFAULTS_PATH": "../home/.qwen/settings.json",
         "QWEN_CODE_MAX_OUTPUT_TOKENS": "50",
     }
     # The run's debug log (where its retry notices go) is the child's stderr; the

@@ -23,9 +23,10 @@ and vibe).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar, Literal
 
@@ -185,15 +186,21 @@ class CliProvider:
     async def stream(self, request: ChatRequest, ctx: HopContext) -> AsyncIterator[Event]:
         request = self._with_system_prompt(request)
         if not (self.capabilities.tools and bridges_tools(request)):
-            async for event in self._run(request, None):
-                yield event
+            async with contextlib.aclosing(self._run(request, None)) as events:
+                async for event in events:
+                    yield event
             return
         bridge = await self._tool_bridge()
-        async with bridge.serve(request.tools, self.added_tool_parameters) as run:
-            async for event in self._run(request, run):
+        # The run (and its child) ends before the bridge lets go of the calls it holds,
+        # also when the consumer stops early: a CLI told "not run" could go on.
+        async with (
+            bridge.serve(request.tools, self.added_tool_parameters) as run,
+            contextlib.aclosing(self._run(request, run)) as events,
+        ):
+            async for event in events:
                 yield event
 
-    def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+    def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         """The CLI's run for `request`, with `run` its bridged tools (None: none)."""
         raise NotImplementedError
 

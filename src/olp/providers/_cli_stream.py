@@ -22,7 +22,8 @@ and early termination the same way:
 - with a `wake` event (`WakeTranslator`), something outside the output may make the
   translator done without another line: the MCP bridge received a call, so the model's
   turn is over though the CLI, waiting on the held call, prints nothing more. Each time
-  it is set, the lines already written are read first, then `woken()` gives its events.
+  it is set, the lines already written are read first (until the output has been quiet
+  for 50 ms), then `woken()` gives its events.
 
 Also `cli_version()` and `credential_check()` for `health()`.
 """
@@ -95,9 +96,10 @@ class WakeTranslator(Protocol):
         ...
 
 
-# Event-loop passes a line already in the pipe gets before a wake-up is handled: the
-# transport reads the pipe as soon as it is readable, so one or two passes deliver it.
-_SETTLE_PASSES = 3
+# A wake-up is handled once the output has been quiet this long: a line the CLI wrote
+# before it called the bridge (gemini writes a turn's calls, then makes them) is in the
+# pipe already, and read within a few milliseconds.
+_SETTLE_S = 0.05
 
 
 async def stream_cli(
@@ -149,10 +151,8 @@ async def _lines_or_wake(
             woken = woken or asyncio.ensure_future(wake.wait())
             either: set[asyncio.Future[Any]] = {next_line, woken}
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            for _ in range(_SETTLE_PASSES):
-                if next_line.done():
-                    break
-                await asyncio.sleep(0)
+            if not next_line.done():  # woken: the lines already written first
+                await asyncio.wait({next_line}, timeout=_SETTLE_S)
             if next_line.done():
                 try:
                     line = next_line.result()
@@ -168,6 +168,8 @@ async def _lines_or_wake(
         for pending in (next_line, woken):
             if pending is not None:
                 pending.cancel()
+        if next_line is not None and next_line.done() and not next_line.cancelled():
+            next_line.exception()  # (a read that failed as the run ended: nothing to tell)
         if next_line is None or next_line.done():  # (a cancelled read ends `lines` itself)
             await lines.aclose()
 

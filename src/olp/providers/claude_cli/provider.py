@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -39,7 +39,7 @@ class ClaudeCliProvider(CliProvider):
         )
         self._rate_limit: RateLimitInfo | None = None
 
-    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         config = None if run is None else translate.mcp_config(run.url)
         invocation = translate.build_invocation(request, self._config.timeouts, config)
         translator = translate.ClaudeTranslator(

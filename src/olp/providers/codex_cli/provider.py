@@ -10,7 +10,7 @@ model (`codex --version`, `codex login status`).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -59,7 +59,7 @@ class CodexCliProvider(CliProvider):
         )
         self._quota: QuotaSnapshot | None = None
 
-    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
         schema = translate.output_schema(request)
         # With a schema, the turn's `outputSchema` says it: no instruction in the prompt.

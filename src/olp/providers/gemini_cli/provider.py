@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -43,7 +43,7 @@ class GeminiCliProvider(CliProvider):
         self._auth = translate.auth_type(config.env)
         self.capabilities = self._capabilities(DROPS, tool_choices=frozenset({"auto", "none"}))
 
-    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         cli = serialise(request, honoured=_HONOURED_WITH_TOOLS if request.tools else frozenset())
         # Never Gemini CLI's own coding-agent prompt: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT

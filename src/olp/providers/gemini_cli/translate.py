@@ -119,7 +119,16 @@ def home_files(auth: str, system: str, mcp_url: str | None = None) -> dict[str, 
 
 
 def child_env(system: str) -> dict[str, str]:
-    env = {"NO_COLOR": "1", "TERM": "dumb"}
+    """`system`: the request's system text (written to `SYSTEM_FILE`). The system-wide
+    settings (which win over the run's) and system defaults (merged into them) are the
+    run's own file too: the machine's cannot add tools or MCP servers to a run."""
+    own = f"../home/{SETTINGS_FILE}"  # (relative to the working directory, HOME's sibling)
+    env = {
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+        "GEMINI_CLI_SYSTEM_SETTINGS_PATH": own,
+        "GEMINI_CLI_SYSTEM_DEFAULTS_PATH": own,
+    }
     if system:
         env["GEMINI_SYSTEM_MD"] = f"~/{SYSTEM_FILE}"
     return env

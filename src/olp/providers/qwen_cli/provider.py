@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -35,7 +35,7 @@ class QwenCliProvider(CliProvider):
             translate.DROPS, tool_choices=frozenset({"auto", "none"})
         )
 
-    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncIterator[Event]:
+    async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         invocation = translate.build_invocation(
             request,
             self._config.env,

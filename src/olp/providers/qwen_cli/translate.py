@@ -164,8 +164,9 @@ def build_invocation(
     the prompt (a positional one would be visible in the process list).
 
     The run's `run_settings` are the private HOME's `settings.json` and the system
-    settings too (their path is relative to the working directory, a sibling of HOME), so
-    the owner's system-wide settings, which would win over them, are not read. The
+    settings and system defaults too (their path is relative to the working directory, a
+    sibling of HOME), so the machine's system-wide settings, which would win over them or
+    be merged into them, are not read. The
     output-language rule Qwen Code writes and reads back into every system prompt is
     /dev/null. One request per answer. `session_id` (a UUID) names the run's debug log,
     which is linked to stderr (see the module docstring).
@@ -176,7 +177,9 @@ def build_invocation(
     args = [*_FLAGS, "--max-session-turns", turns]
     args += ["--auth-type", auth_type(env), "-m", request.model, "--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
-    child_env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": f"../home/{_SETTINGS_FILE}"}
+    # The system settings (which win) and system defaults (merged in) are that file too.
+    own = f"../home/{_SETTINGS_FILE}"
+    child_env = {"QWEN_CODE_SYSTEM_SETTINGS_PATH": own, "QWEN_CODE_SYSTEM_DEFAULTS_PATH": own}
     if request.max_tokens is not None:
         child_env["QWEN_CODE_MAX_OUTPUT_TOKENS"] = str(request.max_tokens)
     return CliInvocation(
