@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionFunctionToolParam
 
 from real_cli import RealCli
 from real_cli_chat import real_cli_config
@@ -62,7 +62,7 @@ __all__ = [
     "weather_call",
 ]
 
-WEATHER = {
+WEATHER: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_weather",
@@ -74,7 +74,7 @@ WEATHER = {
         },
     },
 }
-CLOCK = {
+CLOCK: ChatCompletionFunctionToolParam = {
     "type": "function",
     "function": {
         "name": "get_time",

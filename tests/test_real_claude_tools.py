@@ -95,7 +95,7 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     [offered] = model_requests(upstream)
     assert tool_names(offered) == ["mcp__olp__get_time", "mcp__olp__get_weather"]
     schemas = {t["name"]: t["input_schema"] for t in offered["tools"]}
-    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]
     assert processes.none_left()  # the run ended with the answer: nothing waits
 
     assert_the_result_gets_the_final_answer(olp, QUESTION, call)

@@ -116,7 +116,7 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     )
     [namespace] = [t for t in offered.json["tools"] if t["type"] == "namespace"]
     schemas = {t["name"]: t["parameters"] for t in namespace["tools"]}
-    assert schemas["get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schemas["get_weather"] == WEATHER["function"]["parameters"]
     assert "skills_instructions" not in json.dumps(offered.json["input"])
     assert processes.none_left()  # the run ended with the answer: nothing waits
 

@@ -109,7 +109,7 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     schema = weather["parametersJsonSchema"]
     # The CLI adds a parameter of its own to every tool; OLP drops it from the calls.
     assert set(schema["properties"].pop("wait_for_previous")) == {"type", "description"}
-    assert schema == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schema == WEATHER["function"]["parameters"]
     assert weather["description"] == "The weather in a city now."
     assert processes.none_left()  # the run ended with the answer: nothing waits
 

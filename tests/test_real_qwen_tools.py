@@ -101,7 +101,7 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     # Only the client's tools: none of Qwen Code's own, none deferred behind tool_search.
     assert tool_names(offered) == ["mcp__olp__get_time", "mcp__olp__get_weather"]
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in offered["tools"]}
-    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]
     # The client's system prompt alone (no context file, output-language rule, memory
     # or deferred-tools section) and the question alone (no environment message first).
     assert offered["messages"][0] == {"role": "system", "content": SYSTEM}
@@ -198,7 +198,7 @@ def test_a_long_tool_name_qwen_code_shortens_comes_back_as_the_clients(
     olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
     name = "lookup_the_current_weather_conditions_for_a_given_city_x"
-    tool = {"type": "function", "function": {**WEATHER["function"], "name": name}}  # type: ignore[dict-item]
+    tool = {"type": "function", "function": {**WEATHER["function"], "name": name}}
     shortened = "mcp__olp__lookup_the_current___er_conditions_for_a_given_city_x"
     upstream.script(ToolCalls([(shortened, PARIS)]))
     answer = ask(olp, QUESTION, tools=[tool])
