@@ -10,10 +10,7 @@ next hop.
 from __future__ import annotations
 
 import json
-import os
-import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,9 +25,7 @@ __all__ = [
     "ANSWER",
     "SYSTEM",
     "TIMEOUTS",
-    "cli_processes",
     "detail",
-    "no_cli_left",
     "post",
     "real_cli_config",
     "stream_chat",
@@ -108,43 +103,3 @@ def post(server: ThreadServer) -> httpx.Response:
 def detail(resp: httpx.Response) -> list[dict[str, Any]]:
     value: list[dict[str, Any]] = json.loads(resp.headers["x-olp-fallback-detail"])
     return value
-
-
-def cli_processes(real: RealCli) -> list[int]:
-    """Live (not zombie) processes running the real CLI's binary that descend from this
-    test process (the OLP under test runs in a thread of it; a CLI may start a copy of
-    itself): other tests running at the same time, in other workers, have their own."""
-    target = str(real.command.resolve()).encode()
-    parents: dict[int, int] = {}
-    running: list[int] = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        parents[int(proc.name)] = int(ppid)
-        if state != "Z" and any(target in arg for arg in argv[:2]):
-            running.append(int(proc.name))
-    return [pid for pid in running if _descends(pid, os.getpid(), parents)]
-
-
-def _descends(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
-    seen = set()
-    while pid not in seen and pid > 1:
-        seen.add(pid)
-        pid = parents.get(pid, 0)
-        if pid == ancestor:
-            return True
-    return False
-
-
-def no_cli_left(real: RealCli, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while cli_processes(real):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True

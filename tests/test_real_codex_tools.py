@@ -11,23 +11,40 @@ result. No Codex process may outlive a request (the process table is read after 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from olp.config.model import ProviderConfig
 from olp.providers.codex_cli import CodexCliProvider
 from real_cli import RealCli, real_cli
-from real_cli_chat import real_cli_config
+from real_cli_tools import (
+    CLOCK,
+    FINAL,
+    OFF_SCHEMA,
+    PARIS,
+    QUESTION,
+    RESULT,
+    WEATHER,
+    CliProcesses,
+    ask,
+    assert_invalid_twice_is_said,
+    assert_the_result_gets_the_final_answer,
+    assert_tool_choice_none_answers_in_text,
+    assert_unhonoured_tool_choice_skips_the_hop,
+    client,
+    leave_mid_run,
+    refusal,
+    serve,
+    shut_down_mid_run,
+    stream_tool_calls,
+    tools_config,
+    weather_and_time,
+    weather_call,
+)
 
 from fakes.responses_gemini_upstream import (
     ResponsesGeminiUpstream,
@@ -36,33 +53,9 @@ from fakes.responses_gemini_upstream import (
     tool_outputs,
 )
 from fakes.upstream import FakeUpstream, Hang, Text, ToolCalls
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import ThreadServer
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-CLOCK = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The local time in a time zone.",
-        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
-    },
-}
-QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-FINAL = "It is sunny in Paris."
-RESULT = "sunny, 21 C (OLP-TOOL-RESULT)"
 # What Codex 0.171 offers besides the client's tools whenever an MCP server is configured:
 # its MCP resource tools (docs/providers.md, codex-cli).
 CODEX_OWN = ["list_mcp_resource_templates", "list_mcp_resources", "read_mcp_resource"]
@@ -71,6 +64,12 @@ CODEX_OWN = ["list_mcp_resource_templates", "list_mcp_resources", "read_mcp_reso
 @pytest.fixture(scope="module")
 def codex() -> RealCli:
     return real_cli("codex")
+
+
+@pytest.fixture(scope="module")
+def processes(codex: RealCli) -> CliProcesses:
+    """Codex's node launcher and the native binary it starts: both live in its package."""
+    return CliProcesses((str(codex.command.resolve().parent.parent).encode(),))
 
 
 @pytest.fixture
@@ -82,85 +81,34 @@ def responses() -> Iterator[ResponsesGeminiUpstream]:
 def config(
     codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
 ) -> dict[str, Any]:
-    """Chain `chat`: the real CLI, then `beta`; chain `solo`: the real CLI alone."""
-    beta.script(*[Text("from beta")] * 4)
     env = {"OPENAI_BASE_URL": responses.openai_base_url, "OPENAI_API_KEY": "sk-fake-codex"}
-    conf = real_cli_config("codex", codex, env, beta, provider={"warm": 0})
-    conf["routing"]["chains"]["solo"] = [{"provider": "real", "model": codex.model}]
-    return conf
+    return tools_config("codex", codex, env, beta, provider={"warm": 0})
 
 
 @pytest.fixture
 def olp(
-    tmp_path: Path, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+    tmp_path: Path,
+    codex: RealCli,
+    processes: CliProcesses,
+    responses: ResponsesGeminiUpstream,
+    beta: FakeUpstream,
 ) -> Iterator[ThreadServer]:
-    with olp_server(tmp_path, config(codex, responses, beta)) as server:
+    with serve(tmp_path, config(codex, responses, beta), processes) as server:
         yield server
-    assert codex_processes(codex) == []  # shutdown left none either
-
-
-def client(server: ThreadServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
 
 
 def model_requests(up: ResponsesGeminiUpstream) -> list[Any]:
     return requests_to(up, "/v1/responses")
 
 
-def codex_processes(real: RealCli) -> list[int]:
-    """Live (not zombie) processes of the real codex package (its node launcher and the
-    native binary it starts) descended from this test process (the OLP under test runs in
-    a thread of it): other tests, in other workers, have their own."""
-    package = str(real.command.resolve().parent.parent).encode()
-    me = os.getpid()
-    parents: dict[int, int] = {}
-    candidates = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        parents[int(proc.name)] = int(ppid)
-        if state != "Z" and any(package in arg for arg in argv[:2]):
-            candidates.append(int(proc.name))
-    return [pid for pid in candidates if _descends_from(pid, me, parents)]
-
-
-def _descends_from(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
-    seen = set()
-    while pid in parents and pid not in seen:
-        seen.add(pid)
-        pid = parents[pid]
-        if pid == ancestor:
-            return True
-    return False
-
-
-def no_codex_left(real: RealCli, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while codex_processes(real):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_tool_call_then_the_result_gets_the_final_answer(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+    olp: ThreadServer,
+    processes: CliProcesses,
+    responses: ResponsesGeminiUpstream,
+    beta: FakeUpstream,
 ) -> None:
-    responses.script(ToolCalls([("get_weather", '{"city": "Paris"}')]), Text(FINAL))
-    first = client(olp).chat.completions.create(
-        model="chat", messages=QUESTION, tools=[WEATHER, CLOCK]
-    )
-    choice = first.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    [call] = choice.message.tool_calls or []
-    assert call.type == "function"
-    assert call.function.name == "get_weather"  # the client's own name, no namespace
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    responses.script(ToolCalls([("get_weather", PARIS)]), Text(FINAL))
+    call = weather_call(ask(olp, QUESTION, tools=[WEATHER, CLOCK]))  # named with no namespace
     assert call.id == "call_fake_0"  # the model's own call id
     [offered] = model_requests(responses)
     assert offered_names(offered) == sorted(
@@ -168,50 +116,22 @@ def test_tool_call_then_the_result_gets_the_final_answer(
     )
     [namespace] = [t for t in offered.json["tools"] if t["type"] == "namespace"]
     schemas = {t["name"]: t["parameters"] for t in namespace["tools"]}
-    assert schemas["get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schemas["get_weather"] == WEATHER["function"]["parameters"]
     assert "skills_instructions" not in json.dumps(offered.json["input"])
-    assert no_codex_left(codex)  # the run ended with the answer: nothing waits
+    assert processes.none_left()  # the run ended with the answer: nothing waits
 
-    follow_up = [
-        *QUESTION,
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": RESULT},
-    ]
-    second = client(olp).chat.completions.create(
-        model="chat",
-        messages=follow_up,  # type: ignore[arg-type]
-        tools=[WEATHER, CLOCK],
-    )
-    assert second.choices[0].message.content == FINAL
-    assert second.choices[0].finish_reason == "stop"
+    assert_the_result_gets_the_final_answer(olp, QUESTION, call)
     _, answered = model_requests(responses)
     assert RESULT in json.dumps(answered.json["input"])  # the model saw the result
-    assert no_codex_left(codex)
+    assert processes.none_left()
     assert beta.calls == 0
 
 
 def test_streamed_tool_calls_in_parallel(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(
-        ToolCalls([("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "CET"}')])
-    )
-    stream = client(olp).chat.completions.create(
-        model="chat", messages=QUESTION, tools=[WEATHER, CLOCK], stream=True
-    )
-    calls: dict[int, dict[str, str]] = {}
-    finish = None
-    for chunk in stream:
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        for piece in delta.tool_calls or []:
-            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] += piece.id or ""
-            if piece.function is not None:
-                call["name"] += piece.function.name or ""
-                call["arguments"] += piece.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
+    responses.script(weather_and_time(""))
+    calls, finish = stream_tool_calls(olp, QUESTION)
     assert finish == "tool_calls"
     assert [(c["id"], c["name"]) for _, c in sorted(calls.items())] == [
         ("call_fake_0", "get_weather"),
@@ -219,92 +139,64 @@ def test_streamed_tool_calls_in_parallel(
     ]
     assert json.loads(calls[1]["arguments"]) == {"tz": "CET"}
     assert len(model_requests(responses)) == 1
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_parallel_tool_calls_false_answers_one_call(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(
-        ToolCalls([("get_weather", '{"city": "Paris"}'), ("get_time", '{"tz": "CET"}')])
-    )
-    answer = client(olp).chat.completions.create(
-        model="chat", messages=QUESTION, tools=[WEATHER, CLOCK], parallel_tool_calls=False
-    )
-    [call] = answer.choices[0].message.tool_calls or []
-    assert call.function.name == "get_weather"
-    assert answer.choices[0].finish_reason == "tool_calls"
-    assert no_codex_left(codex)
+    responses.script(weather_and_time(""))
+    weather_call(ask(olp, QUESTION, tools=[WEATHER, CLOCK], parallel_tool_calls=False))
+    assert processes.none_left()
 
 
 def test_tool_choice_none_offers_no_tools(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(Text("No tools needed."))
-    answer = client(olp).chat.completions.create(
-        model="chat", messages=QUESTION, tools=[WEATHER], tool_choice="none"
-    )
-    assert answer.choices[0].message.content == "No tools needed."
-    assert answer.choices[0].message.tool_calls is None
+    assert_tool_choice_none_answers_in_text(olp, responses, QUESTION)
     [request] = model_requests(responses)
     assert not [name for name in offered_names(request) if "get_weather" in name]
     assert not [name for name in offered_names(request) if "mcp" in name]
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_a_hop_that_cannot_honour_tool_choice_is_skipped(
-    olp: ThreadServer, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+    olp: ThreadServer, responses: ResponsesGeminiUpstream
 ) -> None:
-    raw = client(olp).chat.completions.with_raw_response.create(
-        model="chat", messages=QUESTION, tools=[WEATHER], tool_choice="required"
-    )
-    assert raw.parse().choices[0].message.content == "from beta"
-    [hop] = json.loads(raw.headers["x-olp-fallback-detail"])
-    assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "UNSUPPORTED", "skip")
-    assert responses.calls == 0  # the CLI never ran
+    assert_unhonoured_tool_choice_skips_the_hop(olp, responses, QUESTION)
 
 
 def test_arguments_off_the_tools_schema_go_back_to_the_model_once(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(
-        ToolCalls([("get_weather", '{"city": 75}')]),
-        ToolCalls([("get_weather", '{"city": "Paris"}')]),
-    )
-    answer = client(olp).chat.completions.create(model="chat", messages=QUESTION, tools=[WEATHER])
-    [call] = answer.choices[0].message.tool_calls or []
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    responses.script(ToolCalls([("get_weather", OFF_SCHEMA)]), ToolCalls([("get_weather", PARIS)]))
+    weather_call(ask(olp, QUESTION, tools=[WEATHER]))
     _, retry = model_requests(responses)
     [output] = tool_outputs(retry).values()
     assert "Invalid arguments for get_weather" in output
     assert "is not of type 'string'" in output
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(*[ToolCalls([("get_weather", '{"city": 75}')])] * 4)
-    with pytest.raises(openai.APIStatusError) as caught:
-        client(olp).chat.completions.create(model="solo", messages=QUESTION, tools=[WEATHER])
-    message = str(caught.value.body)
-    assert "the model's tool call is invalid (after one retry" in message
-    assert "get_weather: /city: 75 is not of type 'string'" in message
+    responses.script(*[ToolCalls([("get_weather", OFF_SCHEMA)])] * 4)
+    assert_invalid_twice_is_said(refusal(olp, QUESTION, tools=[WEATHER]))
     assert len(model_requests(responses)) == 2
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
     responses.script(*[ToolCalls([("launch_rockets", "{}")])] * 20)
-    with pytest.raises(openai.APIStatusError) as caught:
-        client(olp).chat.completions.create(model="solo", messages=QUESTION, tools=[WEATHER])
-    assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
+    message = refusal(olp, QUESTION, tools=[WEATHER])
+    assert "launch_rockets: not one of the request's tools" in message
     # Codex answers a call of a tool it does not know itself, at once, and may have sent a
     # third request by the time OLP ends the run (docs/providers.md, codex-cli): no more.
     assert len(model_requests(responses)) in (2, 3)
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_doctor_says_codex_takes_client_tools(codex: RealCli) -> None:
@@ -318,58 +210,22 @@ def test_doctor_says_codex_takes_client_tools(codex: RealCli) -> None:
     assert "tools (client-side function calling)" not in provider.capabilities.drops
 
 
-BODY = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
-HEADERS = {"authorization": f"Bearer {OWNER_TOKEN}"}
-
-
 def test_a_client_that_leaves_mid_run_leaves_no_process(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
     responses.script(Hang(60))
-    http = httpx.Client(timeout=60)
-
-    def leave_early() -> None:
-        with (
-            pytest.raises(httpx.ReadTimeout),
-            http.stream(
-                "POST",
-                f"{olp.base_url}/v1/chat/completions",
-                json=BODY,
-                headers=HEADERS,
-                timeout=httpx.Timeout(60, read=8),
-            ) as resp,
-        ):
-            for _ in resp.iter_bytes():
-                pass
-
-    thread = threading.Thread(target=leave_early)
-    thread.start()
-    assert responses.wait_for(lambda: responses.calls == 1, timeout=30)
-    assert codex_processes(codex)  # running, waiting on the upstream
-    thread.join(30)
-    http.close()
-    assert no_codex_left(codex, within_s=15)
+    leave_mid_run(olp, responses, QUESTION, processes)
 
 
 def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
-    tmp_path: Path, codex: RealCli, responses: ResponsesGeminiUpstream, beta: FakeUpstream
+    tmp_path: Path,
+    codex: RealCli,
+    processes: CliProcesses,
+    responses: ResponsesGeminiUpstream,
+    beta: FakeUpstream,
 ) -> None:
     responses.script(Hang(60))
-
-    def ask(server: ThreadServer) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(
-                f"{server.base_url}/v1/chat/completions", json=BODY, headers=HEADERS, timeout=60
-            )
-
-    with olp_server(tmp_path, config(codex, responses, beta)) as server:
-        thread = threading.Thread(target=ask, args=(server,))
-        thread.start()
-        assert responses.wait_for(lambda: responses.calls == 1, timeout=30)
-        assert codex_processes(codex)
-    # Leaving the block shut OLP down with the CLI waiting on the upstream.
-    assert no_codex_left(codex, within_s=15)
-    thread.join(30)
+    shut_down_mid_run(tmp_path, config(codex, responses, beta), responses, QUESTION, processes)
 
 
 # -- structured output --------------------------------------------------------------------
@@ -391,7 +247,7 @@ def strict_sum(strict: bool) -> Any:
 
 
 def test_a_strict_json_schema_is_codexs_output_schema_and_the_answer_is_checked(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
     responses.script(Text('{"n": 4}'))
     stream = client(olp).chat.completions.create(
@@ -406,34 +262,24 @@ def test_a_strict_json_schema_is_codexs_output_schema_and_the_answer_is_checked(
     assert request.json["text"]["format"]["type"] == "json_schema"
     assert request.json["text"]["format"]["schema"] == SUM_SCHEMA
     assert "Respond with a single valid JSON" not in json.dumps(request.json)
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_an_answer_off_the_schema_is_an_error_that_says_so(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
     responses.script(Text('{"n": "four"}'))
-    with pytest.raises(openai.APIStatusError) as caught:
-        client(olp).chat.completions.create(
-            model="solo",
-            messages=ADD,
-            response_format=strict_sum(True),  # type: ignore[arg-type]
-        )
-    message = str(caught.value.body)
+    message = refusal(olp, ADD, response_format=strict_sum(True))
     assert "does not match the response_format schema" in message
     assert "'four' is not of type 'integer'" in message
-    assert no_codex_left(codex)
+    assert processes.none_left()
 
 
 def test_a_schema_that_is_not_strict_stays_an_instruction(
-    olp: ThreadServer, codex: RealCli, responses: ResponsesGeminiUpstream
+    olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
     responses.script(Text('{"n": 4}'))
-    answer = client(olp).chat.completions.create(
-        model="chat",
-        messages=ADD,
-        response_format=strict_sum(False),  # type: ignore[arg-type]
-    )
+    answer = ask(olp, ADD, response_format=strict_sum(False))
     assert json.loads(answer.choices[0].message.content or "") == {"n": 4}
     [request] = model_requests(responses)
     assert "format" not in request.json.get("text", {})

@@ -11,54 +11,45 @@ follow-up, the tool result. No CLI process may outlive a request.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import openai
 import pytest
 
 from real_cli import RealCli, real_cli
-from real_cli_chat import real_cli_config
+from real_cli_chat import SYSTEM
+from real_cli_tools import (
+    CLOCK,
+    FINAL,
+    OFF_SCHEMA,
+    PARIS,
+    RESULT,
+    WEATHER,
+    CliProcesses,
+    ask,
+    assert_invalid_twice_is_said,
+    assert_the_result_gets_the_final_answer,
+    assert_tool_choice_none_answers_in_text,
+    assert_unhonoured_tool_choice_skips_the_hop,
+    leave_mid_run,
+    refusal,
+    serve,
+    shut_down_mid_run,
+    stream_tool_calls,
+    tools_config,
+    weather_and_time,
+    weather_call,
+)
+from real_cli_tools import QUESTION as ASKED
 
 from fakes.upstream import FakeUpstream, Hang, Text, ToolCalls
-from olp_server import OWNER_TOKEN, ThreadServer, olp_server
+from olp_server import ThreadServer
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
-
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "The weather in a city now.",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-CLOCK = {
-    "type": "function",
-    "function": {
-        "name": "get_time",
-        "description": "The local time in a time zone.",
-        "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}},
-    },
-}
-SYSTEM = "You are terse. OLP-SYSTEM-MARKER"
-QUESTION = [
-    {"role": "system", "content": SYSTEM},
-    {"role": "user", "content": "What is the weather in Paris?"},
-]
-FINAL = "It is sunny in Paris."
-RESULT = "sunny, 21 C (OLP-TOOL-RESULT)"
+PREFIX = "mcp__olp__"  # what Qwen Code puts before the name of a tool from MCP server `olp`
+QUESTION = [{"role": "system", "content": SYSTEM}, *ASKED]
 
 
 @pytest.fixture(scope="module")
@@ -66,32 +57,29 @@ def qwen() -> RealCli:
     return real_cli("qwen")
 
 
-@pytest.fixture
-def beta() -> Iterator[FakeUpstream]:
-    with FakeUpstream() as up:
-        up.script(*[Text("from beta")] * 4)
-        yield up
+@pytest.fixture(scope="module")
+def processes(qwen: RealCli) -> CliProcesses:
+    """The qwen script, by the path installed or the one it resolves to, in the first three
+    words of a command line (Qwen Code relaunches itself in a child)."""
+    marks = (str(qwen.command).encode(), str(qwen.command.resolve()).encode())
+    return CliProcesses(marks, argv_words=3)
 
 
 def config(qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream) -> dict[str, Any]:
-    """Chain `chat`: the real CLI, then `beta`; chain `solo`: the real CLI alone."""
     env = {"OPENAI_BASE_URL": upstream.openai_base_url, "OPENAI_API_KEY": "sk-fake-qwen"}
-    conf = real_cli_config("qwen", qwen, env, beta, provider={"consent": True})
-    conf["routing"]["chains"]["solo"] = [{"provider": "real", "model": qwen.model}]
-    return conf
+    return tools_config("qwen", qwen, env, beta, provider={"consent": True})
 
 
 @pytest.fixture
 def olp(
-    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+    tmp_path: Path,
+    qwen: RealCli,
+    processes: CliProcesses,
+    upstream: FakeUpstream,
+    beta: FakeUpstream,
 ) -> Iterator[ThreadServer]:
-    with olp_server(tmp_path, config(qwen, upstream, beta)) as server:
+    with serve(tmp_path, config(qwen, upstream, beta), processes) as server:
         yield server
-    assert qwen_processes(qwen) == []  # shutdown left none either
-
-
-def client(server: ThreadServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
 
 
 def model_requests(up: FakeUpstream) -> list[dict[str, Any]]:
@@ -102,120 +90,36 @@ def tool_names(body: dict[str, Any]) -> list[str]:
     return sorted(tool["function"]["name"] for tool in body.get("tools", []))
 
 
-def qwen_processes(real: RealCli) -> list[int]:
-    """Live (not zombie) processes running the real qwen script that descend from this
-    test process (the OLP under test runs in a thread of it; Qwen Code relaunches itself
-    in a child): other tests running at the same time, in other workers, have their own."""
-    targets = {str(real.command).encode(), str(real.command.resolve()).encode()}
-    parents: dict[int, int] = {}
-    running: set[int] = set()
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            state, ppid = (proc / "stat").read_text().rsplit(")", 1)[1].split()[:2]
-        except OSError:
-            continue
-        parents[int(proc.name)] = int(ppid)
-        if state != "Z" and any(t in arg for t in targets for arg in argv[:3]):
-            running.add(int(proc.name))
-    return sorted(pid for pid in running if _descends_from(pid, os.getpid(), parents))
-
-
-def _descends_from(pid: int, ancestor: int, parents: dict[int, int]) -> bool:
-    while pid in parents and pid > 1:
-        pid = parents[pid]
-        if pid == ancestor:
-            return True
-    return False
-
-
-def no_qwen_left(real: RealCli, within_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + within_s
-    while qwen_processes(real):
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
-
-
 def test_tool_call_then_the_result_gets_the_final_answer(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream, beta: FakeUpstream
 ) -> None:
-    upstream.script(ToolCalls([("mcp__olp__get_weather", '{"city": "Paris"}')]), Text(FINAL))
-    first = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
-    )
-    choice = first.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    [call] = choice.message.tool_calls or []
-    assert call.type == "function"
-    assert call.function.name == "get_weather"  # the client's own name, no mcp__ prefix
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    upstream.script(ToolCalls([(f"{PREFIX}get_weather", PARIS)]), Text(FINAL))
+    call = weather_call(ask(olp, QUESTION, tools=[WEATHER, CLOCK]))  # named with no mcp__ prefix
     assert call.id == "call_fake_0"
-    assert no_qwen_left(qwen)  # the run ended with the answer: nothing waits
+    assert processes.none_left()  # the run ended with the answer: nothing waits
     [offered] = model_requests(upstream)  # one request: no background one
     # Only the client's tools: none of Qwen Code's own, none deferred behind tool_search.
     assert tool_names(offered) == ["mcp__olp__get_time", "mcp__olp__get_weather"]
     schemas = {t["function"]["name"]: t["function"]["parameters"] for t in offered["tools"]}
-    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]  # type: ignore[index]
+    assert schemas["mcp__olp__get_weather"] == WEATHER["function"]["parameters"]
     # The client's system prompt alone (no context file, output-language rule, memory
     # or deferred-tools section) and the question alone (no environment message first).
     assert offered["messages"][0] == {"role": "system", "content": SYSTEM}
     [asked] = offered["messages"][1:]
     assert "What is the weather in Paris?" in json.dumps(asked)
 
-    follow_up = [
-        *QUESTION,
-        {"role": "assistant", "content": None, "tool_calls": [call.model_dump()]},
-        {"role": "tool", "tool_call_id": call.id, "content": RESULT},
-    ]
-    second = client(olp).chat.completions.create(
-        model="chat",
-        messages=follow_up,  # type: ignore[arg-type]
-        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
-    )
-    assert second.choices[0].message.content == FINAL
-    assert second.choices[0].finish_reason == "stop"
+    assert_the_result_gets_the_final_answer(olp, QUESTION, call)
     _, answered = model_requests(upstream)
     assert RESULT in json.dumps(answered["messages"])  # the model saw the result
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
     assert beta.calls == 0
 
 
 def test_streamed_tool_calls_in_parallel(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(
-        ToolCalls(
-            [
-                ("mcp__olp__get_weather", '{"city": "Paris"}'),
-                ("mcp__olp__get_time", '{"tz": "CET"}'),
-            ]
-        )
-    )
-    stream = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
-        stream=True,
-    )
-    calls: dict[int, dict[str, str]] = {}
-    finish = None
-    for chunk in stream:
-        if not chunk.choices:
-            continue
-        delta = chunk.choices[0].delta
-        for piece in delta.tool_calls or []:
-            call = calls.setdefault(piece.index, {"id": "", "name": "", "arguments": ""})
-            call["id"] += piece.id or ""
-            if piece.function is not None:
-                call["name"] += piece.function.name or ""
-                call["arguments"] += piece.function.arguments or ""
-        finish = chunk.choices[0].finish_reason or finish
+    upstream.script(weather_and_time(PREFIX))
+    calls, finish = stream_tool_calls(olp, QUESTION)
     assert finish == "tool_calls"
     assert [(c["id"], c["name"]) for _, c in sorted(calls.items())] == [
         ("call_fake_0", "get_weather"),
@@ -224,187 +128,93 @@ def test_streamed_tool_calls_in_parallel(
     assert json.loads(calls[1]["arguments"]) == {"tz": "CET"}
     [offered] = model_requests(upstream)
     assert tool_names(offered) == ["mcp__olp__get_time", "mcp__olp__get_weather"]
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_parallel_tool_calls_false_answers_one_call(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(
-        ToolCalls(
-            [
-                ("mcp__olp__get_weather", '{"city": "Paris"}'),
-                ("mcp__olp__get_time", '{"tz": "CET"}'),
-            ]
-        )
-    )
-    answer = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER, CLOCK],  # type: ignore[list-item]
-        parallel_tool_calls=False,
-    )
-    [call] = answer.choices[0].message.tool_calls or []
-    assert call.function.name == "get_weather"
-    assert answer.choices[0].finish_reason == "tool_calls"
-    assert no_qwen_left(qwen)
+    upstream.script(weather_and_time(PREFIX))
+    weather_call(ask(olp, QUESTION, tools=[WEATHER, CLOCK], parallel_tool_calls=False))
+    assert processes.none_left()
 
 
 def test_tool_choice_none_offers_no_tools(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(Text("No tools needed."))
-    answer = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER],  # type: ignore[list-item]
-        tool_choice="none",
-    )
-    assert answer.choices[0].message.content == "No tools needed."
-    assert answer.choices[0].message.tool_calls is None
+    assert_tool_choice_none_answers_in_text(olp, upstream, QUESTION)
     [request] = model_requests(upstream)
     assert request.get("tools", []) == []
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_a_hop_that_cannot_honour_tool_choice_is_skipped(
-    olp: ThreadServer, upstream: FakeUpstream, beta: FakeUpstream
+    olp: ThreadServer, upstream: FakeUpstream
 ) -> None:
-    raw = client(olp).chat.completions.with_raw_response.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER],  # type: ignore[list-item]
-        tool_choice="required",
-    )
-    assert raw.parse().choices[0].message.content == "from beta"
-    [hop] = json.loads(raw.headers["x-olp-fallback-detail"])
-    assert (hop["provider"], hop["code"], hop["trigger"]) == ("real", "UNSUPPORTED", "skip")
-    assert "tool_choice" in hop["message"]
-    assert upstream.calls == 0  # the CLI never ran
+    assert_unhonoured_tool_choice_skips_the_hop(olp, upstream, QUESTION)
 
 
 def test_arguments_off_the_tools_schema_go_back_to_the_model_once(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(
-        ToolCalls([("mcp__olp__get_weather", '{"city": 75}')]),
-        ToolCalls([("mcp__olp__get_weather", '{"city": "Paris"}')]),
-    )
-    answer = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[WEATHER],  # type: ignore[list-item]
-    )
-    [call] = answer.choices[0].message.tool_calls or []
-    assert json.loads(call.function.arguments) == {"city": "Paris"}
+    weather = f"{PREFIX}get_weather"
+    upstream.script(ToolCalls([(weather, OFF_SCHEMA)]), ToolCalls([(weather, PARIS)]))
+    weather_call(ask(olp, QUESTION, tools=[WEATHER]))
     _, retry = model_requests(upstream)
     # Qwen Code checks the arguments itself, before the bridge would, and says so.
     assert "params/city must be string" in json.dumps(retry["messages"][-1])
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(*[ToolCalls([("mcp__olp__get_weather", '{"city": 75}')])] * 4)
-    with pytest.raises(openai.APIStatusError) as caught:
-        client(olp).chat.completions.create(
-            model="solo",
-            messages=QUESTION,  # type: ignore[arg-type]
-            tools=[WEATHER],  # type: ignore[list-item]
-        )
-    message = str(caught.value.body)
-    assert "the model's tool call is invalid (after one retry" in message
-    assert "get_weather: /city: 75 is not of type 'string'" in message
+    upstream.script(*[ToolCalls([(f"{PREFIX}get_weather", OFF_SCHEMA)])] * 4)
+    assert_invalid_twice_is_said(refusal(olp, QUESTION, tools=[WEATHER]))
     assert len(model_requests(upstream)) == 2
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(*[ToolCalls([("mcp__olp__launch_rockets", "{}")])] * 20)
-    with pytest.raises(openai.APIStatusError) as caught:
-        client(olp).chat.completions.create(
-            model="solo",
-            messages=QUESTION,  # type: ignore[arg-type]
-            tools=[WEATHER],  # type: ignore[list-item]
-        )
-    assert "launch_rockets: not one of the request's tools" in str(caught.value.body)
+    upstream.script(*[ToolCalls([(f"{PREFIX}launch_rockets", "{}")])] * 20)
+    message = refusal(olp, QUESTION, tools=[WEATHER])
+    assert "launch_rockets: not one of the request's tools" in message
     assert len(model_requests(upstream)) == 2
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_a_client_that_leaves_mid_run_leaves_no_process(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
     upstream.script(Hang(60))
-    http = httpx.Client(timeout=60)
     # Qwen Code takes several seconds to connect to the bridge before it asks the
     # upstream: the client stays that long, then leaves while the upstream hangs.
-    body = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
-    headers = {"authorization": f"Bearer {OWNER_TOKEN}"}
-
-    def leave_early() -> None:
-        with (
-            pytest.raises(httpx.ReadTimeout),
-            http.stream(
-                "POST",
-                f"{olp.base_url}/v1/chat/completions",
-                json=body,
-                headers=headers,
-                timeout=httpx.Timeout(60, read=25),
-            ) as resp,
-        ):
-            for _ in resp.iter_bytes():
-                pass
-
-    thread = threading.Thread(target=leave_early)
-    thread.start()
-    assert upstream.wait_for(lambda: upstream.calls == 1, timeout=30)
-    assert qwen_processes(qwen)  # running, waiting on the upstream
-    thread.join(30)
-    http.close()
-    assert no_qwen_left(qwen, within_s=15)
+    leave_mid_run(olp, upstream, QUESTION, processes, read_s=25)
 
 
 def test_a_long_tool_name_qwen_code_shortens_comes_back_as_the_clients(
-    olp: ThreadServer, qwen: RealCli, upstream: FakeUpstream
+    olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
     name = "lookup_the_current_weather_conditions_for_a_given_city_x"
-    tool = {"type": "function", "function": {**WEATHER["function"], "name": name}}  # type: ignore[dict-item]
+    tool = {"type": "function", "function": {**WEATHER["function"], "name": name}}
     shortened = "mcp__olp__lookup_the_current___er_conditions_for_a_given_city_x"
-    upstream.script(ToolCalls([(shortened, '{"city": "Paris"}')]))
-    answer = client(olp).chat.completions.create(
-        model="chat",
-        messages=QUESTION,  # type: ignore[arg-type]
-        tools=[tool],  # type: ignore[list-item]
-    )
+    upstream.script(ToolCalls([(shortened, PARIS)]))
+    answer = ask(olp, QUESTION, tools=[tool])
     [call] = answer.choices[0].message.tool_calls or []
     assert call.function.name == name
     [offered] = model_requests(upstream)
     assert tool_names(offered) == [shortened]  # what the model saw
-    assert no_qwen_left(qwen)
+    assert processes.none_left()
 
 
 def test_shutdown_with_a_bridged_run_in_flight_leaves_no_process(
-    tmp_path: Path, qwen: RealCli, upstream: FakeUpstream, beta: FakeUpstream
+    tmp_path: Path,
+    qwen: RealCli,
+    processes: CliProcesses,
+    upstream: FakeUpstream,
+    beta: FakeUpstream,
 ) -> None:
     upstream.script(Hang(60))
-    body = {"model": "chat", "messages": QUESTION, "tools": [WEATHER], "stream": True}
-    headers = {"authorization": f"Bearer {OWNER_TOKEN}"}
-
-    def ask(server: ThreadServer) -> None:
-        with contextlib.suppress(httpx.HTTPError):
-            httpx.post(
-                f"{server.base_url}/v1/chat/completions", json=body, headers=headers, timeout=60
-            )
-
-    with olp_server(tmp_path, config(qwen, upstream, beta)) as server:
-        thread = threading.Thread(target=ask, args=(server,))
-        thread.start()
-        assert upstream.wait_for(lambda: upstream.calls == 1, timeout=30)
-        assert qwen_processes(qwen)
-    # Leaving the block shut OLP down with the CLI waiting on the upstream.
-    assert no_qwen_left(qwen, within_s=15)
-    thread.join(30)
+    shut_down_mid_run(tmp_path, config(qwen, upstream, beta), upstream, QUESTION, processes)
