@@ -6,7 +6,7 @@ a request does only what is unavoidable: read the body and parse it to learn `st
 
     python -m bench.fake_upstream --port 9100 [--chunks 8] [--delay-ms 20]
 
-`--delay-ms` makes every chat answer wait that long before its first byte, like a model
+`--delay-ms` makes every Chat Completions answer wait that long before its first byte, like a model
 thinking: with it, the benchmark shows what a proxy's costs mean against a real upstream.
 """
 

@@ -169,17 +169,19 @@ def issue_budget_lines(cells: list[Cell], info: RunInfo) -> list[str]:
                     f"OLP CPU {fmt_num(cpu)} µs/req",
                     f"{base_name} {fmt_num(base.rps)} req/s; OLP CPU {fmt_num(base_cpu)} µs/req",
                     budget,
-                    _reported(paired.verdict(max_cost), problem()),
+                    _reported(paired.verdict(max_cost), base, cell, invalid=problem()),
                 )
             else:
                 line(title, stream, "not measured", "—", budget, "not measured")
     return rows
 
 
-def _reported(within: bool | None, problem: str | None) -> str:
+def _reported(within: bool | None, *cells: Cell, invalid: str | None = None) -> str:
     """A retired gate's result column: what the old budget would say, never PASS/FAIL."""
-    if problem is not None:
-        return f"**INVALID**: {problem}"
+    if any(c.errors for c in cells):
+        return "INVALID (errors)"
+    if invalid is not None:
+        return f"INVALID ({invalid})"
     if within is None:
         return "reported (interval spans the old budget)"
     return "reported (under the old budget)" if within else "reported (over the old budget)"
