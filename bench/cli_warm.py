@@ -42,6 +42,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -119,9 +120,11 @@ def olp_config(warm: int, upstream: str, claude: str) -> dict[str, Any]:
 class Bench:
     """Owns the processes of a run; `stop()` must run whatever happened."""
 
-    def __init__(self, workdir: Path, claude: str) -> None:
+    def __init__(self, workdir: Path, claude: str, olps: Mapping[str, int] = WARM) -> None:
+        """`olps`: the `olp start` processes to run, by name, with their `warm`."""
         self.workdir = workdir
         self.claude = claude
+        self.olps = olps
         self.servers: dict[str, procs.Server] = {}
         self.ports: dict[str, int] = {}
         self.upstream = ""
@@ -134,7 +137,7 @@ class Bench:
         procs.wait_ready(up, lambda: procs.http("GET", self.upstream + "/v1/models")[0] == 200)
         owner = self.workdir / "owner-home"  # no login of the machine's owner is linked in
         owner.mkdir()
-        for name, warm in WARM.items():
+        for name, warm in self.olps.items():
             home = self.workdir / f"{name}-home"
             home.mkdir()
             config = olp_config(warm, self.upstream, self.claude)
@@ -180,11 +183,12 @@ class Bench:
             return cli.first_delta_ms(started=time.perf_counter())
         return self.through_olp(row)
 
-    def through_olp(self, name: str) -> float:
-        """ms from sending a streamed chat request to the first SSE frame with text."""
-        body = json.dumps(
-            {"model": CHAIN, "messages": [{"role": "user", "content": PROMPT}], "stream": True}
-        )
+    def through_olp(self, name: str, extra: Mapping[str, Any] | None = None) -> float:
+        """ms from sending a streamed chat request to the first SSE frame with text.
+
+        `extra`: more fields of the request (`tools`, ...)."""
+        request = {"model": CHAIN, "messages": [{"role": "user", "content": PROMPT}]}
+        body = json.dumps({**request, **(extra or {}), "stream": True})
         conn = http.client.HTTPConnection("127.0.0.1", self.ports[name], timeout=120)
         try:
             started = time.perf_counter()

@@ -8,6 +8,11 @@ a request does only what is unavoidable: read the body and parse it to learn `st
 
 `--delay-ms` makes every Chat Completions answer wait that long before its first byte, like a model
 thinking: with it, the benchmark shows what a proxy's costs mean against a real upstream.
+
+A Messages answer is always text, also to a request that offers tools; `GET /bench/tools`
+gives (and forgets) the names of the tools Messages requests offered since it was last
+asked, so `bench.cli_tools` can check that a request with client tools reached the
+upstream carrying them.
 """
 
 from __future__ import annotations
@@ -160,11 +165,15 @@ def create_app(answers: Answers, delay_ms: float = 0.0) -> web.Application:
         await resp.write_eof()
         return resp
 
+    tools_offered: set[str] = set()
+
     async def messages(request: web.Request) -> web.StreamResponse:
         try:
             body = orjson.loads(await request.read())
         except orjson.JSONDecodeError:
             return web.json_response({"error": {"message": "bad JSON"}}, status=400)
+        if isinstance(body, dict):
+            tools_offered.update(str(tool.get("name")) for tool in body.get("tools") or ())
         if not isinstance(body, dict) or body.get("stream") is not True:
             return web.Response(body=answers.message, content_type="application/json")
         resp = web.StreamResponse(headers=_SSE_HEADERS)
@@ -177,10 +186,16 @@ def create_app(answers: Answers, delay_ms: float = 0.0) -> web.Application:
     async def models(_: web.Request) -> web.Response:
         return web.Response(body=answers.models, content_type="application/json")
 
+    async def tools(_: web.Request) -> web.Response:
+        names = sorted(tools_offered)
+        tools_offered.clear()
+        return web.json_response(names)
+
     app = web.Application()
     app.router.add_post("/v1/chat/completions", chat)
     app.router.add_post("/v1/messages", messages)
     app.router.add_get("/v1/models", models)
+    app.router.add_get("/bench/tools", tools)
     return app
 
 

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 
 from olp.accounts import KeyLimits
 
-from bench import cli_warm
+from bench import cli_tools, cli_warm
 from bench.cells import Cell, RunInfo
 from bench.issue_lines import MEMBER, MEMBER_BASE, MISS, MISS_BASE
 from bench.loadgen import LoadResult
@@ -350,7 +350,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--cli",
         action="store_true",
         help="measure the CLI section instead: time to first token through the real claude "
-        "CLI, cold and warm (bench/cli_warm.py; with --quick, its quick run)",
+        "CLI, cold and warm (bench/cli_warm.py), then with a client tool and without "
+        "(bench/cli_tools.py); with --quick, their quick runs",
     )
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "performance.md")
     parser.add_argument("--raw-dir", type=Path, default=REPO / "bench" / "results")
@@ -390,6 +391,7 @@ def _main(argv: list[str]) -> None:
     args = parse_args(argv)
     if args.cli:
         cli_warm.main(["--quick"] if args.quick else [])
+        cli_tools.main(["--quick"] if args.quick else [])
         return
     if args.from_raw is not None:
         _publish(args.out, render(*_read_raw(args.from_raw)))

@@ -19,11 +19,10 @@ from typing import Any
 
 import httpx
 import orjson
-import uvicorn
 
 from olp.config import Config, load_config
 from olp.server import OLPApp, create_app
-from olp.server.serve import uvicorn_config
+from olp.server.serve import OLPServer, uvicorn_config
 
 OWNER_TOKEN = "test-owner-token"
 
@@ -52,14 +51,15 @@ class ThreadServer:
         self._sock.bind(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self.base_url = f"http://127.0.0.1:{self.port}"
-        self._server = uvicorn.Server(
+        self._server = OLPServer(
+            self.app,
             uvicorn_config(
                 self.app,
                 config,
                 log_level="warning",
                 timeout_graceful_shutdown=5,
                 **(uvicorn_options or {}),
-            )
+            ),
         )
         self._thread = threading.Thread(target=self._run, daemon=True)
         self.loop: asyncio.AbstractEventLoop | None = None

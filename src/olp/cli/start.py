@@ -101,10 +101,8 @@ def _store_has_owner_key(config: Config) -> bool:
 
 
 def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None:
-    import uvicorn
-
     from olp.server import create_app
-    from olp.server.serve import uvicorn_config
+    from olp.server.serve import OLPServer, uvicorn_config
 
     listener = configure_logging(config.log_level)
     try:
@@ -120,7 +118,7 @@ def _serve(config: Config, loaded: Config, sockets: list[socket.socket]) -> None
             f"olp: listening on {base_url(config.server.host, config.server.port)}", err=True
         )
         _raise_fd_limit()
-        server = uvicorn.Server(uvicorn_config(app, config))
+        server = OLPServer(app, uvicorn_config(app, config))
         _tune_gc()
         try:
             server.run(sockets=sockets)

@@ -12,6 +12,8 @@ waiting processes (the warm pool) in `retire()` and kills its children in `aclos
 `stream()` adds the owner's `system_prompt` and, for a request whose client tools the CLI
 takes (`bridges_tools`), serves them on this provider's MCP bridge (made on the first such
 request, closed with the provider) for the run; the subclass's `_run()` starts the CLI.
+The server calls `preload()` in a thread once it listens, so that the first request with
+tools does not wait for the MCP SDK to import.
 
 `health()` stays in each provider (what "logged in" means differs) but is assembled from
 the shared steps: `_binary_checks()` (binary found + `--version`), then `_credentials()`
@@ -204,11 +206,19 @@ class CliProvider:
         """The CLI's run for `request`, with `run` its bridged tools (None: none)."""
         raise NotImplementedError
 
+    def preload(self) -> None:
+        """Import the MCP bridge if this provider takes client tools. Blocking: the server
+        calls it in a thread once it listens (`OLPApp.on_listening`)."""
+        if self.capabilities.tools:
+            importlib.import_module(_BRIDGE_MODULE)
+
     async def _tool_bridge(self) -> ToolBridge:
         """This provider's MCP bridge for client tools, started on first use."""
         if self._bridge is None:
-            # The MCP SDK takes a second or more to import: only a request with tools pays,
-            # and in a thread, so that the server answers every other request meanwhile.
+            # The MCP SDK takes a second or more to import. `preload()` has usually done it
+            # by now; if not (a provider added by a config reload, a request in the first
+            # second), only a request with tools waits, and in a thread, so that the server
+            # answers every other request meanwhile.
             module = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
             bridge_type: type[ToolBridge] = module.ToolBridge
             if self._bridge is None:  # (another request may have made it meanwhile)

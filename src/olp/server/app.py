@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import math
 import signal
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -190,6 +191,22 @@ class OLPApp:
         """
         self._reloader = ConfigReloader(self.ctx, load, loaded)
 
+    def on_listening(self) -> None:
+        """The server listens (`server.serve.OLPServer`): slow one-off work the providers
+        can do ahead of their first request (an optional `preload()`, such as the MCP SDK a
+        CLI's client tools need, a second to import) starts now, in a thread, so that
+        neither the start nor any request waits for it."""
+        preloads: list[Callable[[], None]] = [
+            preload
+            for provider in self.ctx.providers.values()
+            if (preload := getattr(provider, "preload", None)) is not None
+        ]
+        if preloads:
+            # A daemon: a stop never waits for an import to finish.
+            threading.Thread(
+                target=_run_preloads, args=(preloads,), name="olp-preload", daemon=True
+            ).start()
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
@@ -265,6 +282,14 @@ class OLPApp:
         await self.ctx.cache.aclose()  # flights were cancelled with the providers' streams
         # Last: every row recorded until now (also while providers closed) is written.
         await self.ctx.ledger.aclose()
+
+
+def _run_preloads(preloads: list[Callable[[], None]]) -> None:
+    for preload in preloads:
+        try:
+            preload()
+        except Exception:  # the request that needs it fails with the reason, if it recurs
+            log.warning("preload_failed", exc_info=True)
 
 
 def _on_sighup(handler: Callable[[], None] | None) -> None:

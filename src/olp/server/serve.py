@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import resource
+import socket
 from typing import Any
 
 import uvicorn
@@ -11,7 +12,7 @@ from olp.config import Config
 from olp.server.app import OLPApp
 from olp.server.protocol import guarded_protocol
 
-__all__ = ["uvicorn_config"]
+__all__ = ["OLPServer", "uvicorn_config"]
 
 _UVICORN_LEVELS = {"error": "error", "warn": "warning", "info": "info", "debug": "debug"}
 
@@ -35,6 +36,19 @@ def uvicorn_config(app: OLPApp, config: Config, **overrides: Any) -> uvicorn.Con
     }
     options.update(overrides)
     return uvicorn.Config(app, **options)
+
+
+class OLPServer(uvicorn.Server):
+    """uvicorn's server, which tells the app once it listens (`OLPApp.on_listening`)."""
+
+    def __init__(self, app: OLPApp, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self._olp_app = app
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:  # (not when the lifespan failed or a socket would not open)
+            self._olp_app.on_listening()
 
 
 def _max_waiting_connections() -> int:
