@@ -75,6 +75,11 @@ class BatchingTransport(asyncio.Transport):
     transport is closing, a write goes out at once, as it would without batching. Flow
     control sees a turn's writes when they are flushed: one turn's worth, at most one
     answer, may pass the high-water mark.
+
+    Measured (`python -m bench.run --upstream-delay-ms 20`, 64 connections, 2 cores, with
+    and without batching, 2026-12-02): streamed trunk 1,475 → 1,679 req/s (+14%, OLP CPU
+    639 → 534 µs a request); JSON trunk unchanged (2,159 / 2,141); cache hits 6,131 →
+    8,356 req/s JSON and 5,958 → 8,535 streamed.
     """
 
     def __init__(self, transport: asyncio.Transport) -> None:
