@@ -353,6 +353,9 @@ class UpstreamCall:
         Never raises: if the end does not come promptly the connection is closed on exit.
         """
         content = self._response().content
+        if self._eof or content.at_eof():  # (usually: the end came with the last event)
+            self._eof = True
+            return
         try:
             async with asyncio.timeout(_DRAIN_S):
                 for _ in range(4):
