@@ -239,14 +239,17 @@ class ToolTurns:
         on_retry: Callable[[int], None] | None = None,
         *,
         parallel: bool = True,
+        cli_checks_arguments: bool = False,
     ) -> None:
         """`schemas`: each bridged tool's parameters (empty: calls are not checked);
         `parallel=False`: only a turn's first call is answered (a CLI cannot forbid
-        several)."""
+        several); `cli_checks_arguments`: the CLI refuses a call off its schema itself
+        (qwen), so only the others reach the bridge, and `on_retry` counts only those."""
         self._parser = parser
         self._schemas = schemas
         self._on_retry = on_retry
         self._parallel = parallel
+        self._cli_checks_arguments = cli_checks_arguments
         # The last turn's problem, for the error when the CLI runs out of turns.
         self.complaint: str | None = None
 
@@ -264,19 +267,26 @@ class ToolTurns:
         return [usage, Finish("tool_calls")] if usage is not None else [Finish("tool_calls")]
 
     def _off_schema(self) -> bool:
-        calls = self._parser.tool_calls
-        for call in calls:
-            if call.name not in self._schemas:
-                problem: str | None = "not one of the request's tools"
-            else:
-                problem = arguments_error(_json(call.arguments), self._schemas[call.name])
+        checked = [(call, self._problem(call)) for call in self._parser.tool_calls]
+        for call, problem in checked:
             if problem is not None:
                 self.complaint = f"{call.name}: {problem}"
                 self._parser.retry_tools()
-                if self._on_retry is not None:  # the bridge saw the calls of its tools
-                    self._on_retry(sum(call.name in self._schemas for call in calls))
+                if self._on_retry is not None:
+                    self._on_retry(sum(self._reaches_bridge(c, p) for c, p in checked))
                 return True
         return False
+
+    def _problem(self, call: ToolCall) -> str | None:
+        if call.name not in self._schemas:
+            return "not one of the request's tools"
+        return arguments_error(_json(call.arguments), self._schemas[call.name])
+
+    def _reaches_bridge(self, call: ToolCall, problem: str | None) -> bool:
+        """A call of a bridged tool the CLI passed on (it may refuse one off its schema)."""
+        if call.name not in self._schemas:
+            return False
+        return problem is None or not self._cli_checks_arguments
 
 
 def _json(text: str) -> Any:

@@ -220,7 +220,11 @@ class QwenTranslator:
             {_cli_tool_name(name): name for name in tool_schemas or ()},
         )
         self._turns = ToolTurns(
-            self.parser, tool_schemas or {}, on_retry, parallel=parallel_tool_calls
+            self.parser,
+            tool_schemas or {},
+            on_retry,
+            parallel=parallel_tool_calls,
+            cli_checks_arguments=True,  # (`params/city must be string`, to the model)
         )
         self.unparsable = 0
         self._now = now
