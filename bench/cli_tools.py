@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
 import sys
 import tempfile
@@ -41,7 +40,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from olp.providers.claude_cli.translate import TOOL_PREFIX
 
@@ -194,13 +193,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> NoReturn:
-    raise SystemExit(128 + signum)  # unwinds through the finally that stops the children
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    procs.stop_children_on_sigterm()
     claude = cli_warm.find_claude(args.claude)
     report = render(run(args.rounds, args.settle, claude), claude, args.rounds, args.settle)
     if args.out is not None:

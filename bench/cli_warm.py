@@ -36,7 +36,6 @@ import http.client
 import json
 import os
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from olp.config.model import Timeouts
 from olp.ir import ChatRequest, Message
@@ -454,13 +453,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> NoReturn:
-    raise SystemExit(128 + signum)  # unwinds through the finally that stops the children
-
-
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    procs.stop_children_on_sigterm()
     claude = find_claude(args.claude)
     report = render(run(args.rounds, args.settle, claude), claude, args.rounds, args.settle)
     if args.out is not None:

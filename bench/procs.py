@@ -16,6 +16,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 _TICKS = os.sysconf("SC_CLK_TCK")
 _REPO = Path(__file__).resolve().parent.parent
@@ -158,3 +159,13 @@ def http(
         return exc.code, exc.read()
     except OSError as exc:  # URLError included: refused, reset, timed out
         return 0, str(exc).encode()
+
+
+def stop_children_on_sigterm() -> None:
+    """SIGTERM raises SystemExit, which unwinds through the `finally` that stops every
+    child the run started (the default action would leave them running)."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, _frame: object) -> NoReturn:
+    raise SystemExit(128 + signum)

@@ -16,18 +16,17 @@ import importlib.metadata
 import json
 import os
 import platform
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from olp.accounts import KeyLimits
 
-from bench import cli_tools, cli_warm
+from bench import cli_tools, cli_warm, procs
 from bench.cells import Cell, RunInfo
 from bench.issue_lines import MEMBER, MEMBER_BASE, MISS, MISS_BASE
 from bench.loadgen import LoadResult
@@ -375,10 +374,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _exit_on_sigterm(signum: int, _frame: object) -> NoReturn:
-    raise SystemExit(128 + signum)  # unwinds through the finally that stops the children
-
-
 def main(argv: list[str] | None = None) -> None:
     try:
         _main(sys.argv[1:] if argv is None else argv)
@@ -396,7 +391,7 @@ def _main(argv: list[str]) -> None:
     if args.from_raw is not None:
         _publish(args.out, render(*_read_raw(args.from_raw)))
         return
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    procs.stop_children_on_sigterm()
     info = machine_info(args, argv)
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="olp-bench-") as tmp:
