@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -286,35 +287,21 @@ def leave_mid_run(
     processes: CliProcesses,
     *,
     asked: Callable[[], int] | None = None,
-    read_s: float = 8,
 ) -> None:
-    """A streamed request the client leaves after `read_s` without a byte, while the CLI
-    waits on the upstream (scripted to hang) for the answer to its first model request
-    (`asked` counts them; by default every request the upstream got is one): then the CLI
-    must go."""
+    """A streamed request whose client leaves (closes its connection) once the CLI waits
+    on the upstream (scripted to hang) for the answer to its first model request (`asked`
+    counts them; by default every request the upstream got is one): then the CLI must go."""
     count = asked or (lambda: upstream.calls)
-    http = httpx.Client(timeout=60)
-
-    def leave_early() -> None:
-        with (
-            pytest.raises(httpx.ReadTimeout),
-            http.stream(
-                "POST",
-                f"{server.base_url}/v1/chat/completions",
-                json=_streamed(messages),
-                headers=HEADERS,
-                timeout=httpx.Timeout(60, read=read_s),
-            ) as resp,
-        ):
-            for _ in resp.iter_bytes():
-                pass
-
-    thread = threading.Thread(target=leave_early)
-    thread.start()
-    assert upstream.wait_for(lambda: count() == 1, timeout=30)
-    assert processes.running()  # running, waiting on the upstream
-    thread.join(30)
-    http.close()
+    body = json.dumps(_streamed(messages)).encode()
+    head = (
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: olp\r\n"
+        f"Authorization: {HEADERS['authorization']}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+        client.sendall(head.encode() + body)
+        assert upstream.wait_for(lambda: count() == 1, timeout=30)
+        assert processes.running()  # running, waiting on the upstream
     assert processes.none_left(within_s=15)
 
 
