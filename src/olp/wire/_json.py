@@ -3,11 +3,13 @@ orjson, text a client cannot be sent repaired (pure)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
 from olp.errors import InvalidRequest
+from olp.ir import json_default
 
 __all__ = ["dumps", "load_object"]
 
@@ -24,19 +26,20 @@ def load_object(body: bytes) -> dict[str, Any]:
 
 
 def dumps(obj: Any) -> bytes:
-    """`obj` as JSON; lone surrogates (possible from providers decoding JSON with the
-    standard library) cannot be UTF-8, and become U+FFFD rather than fail the answer."""
+    """`obj` (IR Mappings too) as JSON; lone surrogates (possible from providers decoding
+    JSON with the standard library) cannot be UTF-8, and become U+FFFD rather than fail
+    the answer."""
     try:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, default=json_default)
     except orjson.JSONEncodeError:
-        return orjson.dumps(_repair(obj))
+        return orjson.dumps(_repair(obj), default=json_default)
 
 
 def _repair(obj: Any) -> Any:
     """Replace lone surrogates, the one thing orjson refuses in otherwise valid data."""
     if isinstance(obj, str):
         return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(obj, dict):
+    if isinstance(obj, Mapping):  # (IR data holds Mappings: schemas, extras)
         return {_repair(k): _repair(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [_repair(v) for v in obj]

@@ -20,8 +20,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import orjson
-
 from olp.errors import OLPError
 from olp.ir import (
     ChatRequest,
@@ -35,8 +33,8 @@ from olp.ir import (
     ToolCall,
     ToolCallDelta,
     Usage,
-    json_default,
 )
+from olp.wire._json import dumps
 
 __all__ = ["ResponseStreamEncoder", "response_body", "response_object", "usage_object"]
 
@@ -125,7 +123,7 @@ def response_body(
     body = response_object(
         request, response_id, created, output, response.finish_reason, response.usage
     )
-    return _dumps(body)
+    return dumps(body)
 
 
 @dataclass(slots=True)
@@ -332,7 +330,7 @@ class ResponseStreamEncoder:
         )
 
     def _event(self, kind: str, body: dict[str, Any]) -> bytes:
-        data = _dumps({"type": kind, "sequence_number": self._sequence, **body})
+        data = dumps({"type": kind, "sequence_number": self._sequence, **body})
         self._sequence += 1
         return b"event: " + kind.encode() + b"\ndata: " + data + b"\n\n"
 
@@ -416,21 +414,3 @@ def _item_id(kind: ItemKind, suffix: str, index: int) -> str:
 def _call_id(response_id: str, index: int) -> str:
     digest = hashlib.sha256(f"{response_id}\0{index}".encode("utf-8", "surrogatepass"))
     return "call_" + digest.hexdigest()[:24]
-
-
-def _dumps(obj: Any) -> bytes:
-    try:
-        return orjson.dumps(obj, default=json_default)
-    except orjson.JSONEncodeError:
-        return orjson.dumps(_repair(obj), default=json_default)
-
-
-def _repair(obj: Any) -> Any:
-    """Replace lone surrogates, the one thing orjson refuses in otherwise valid data."""
-    if isinstance(obj, str):
-        return obj.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    if isinstance(obj, Mapping):
-        return {_repair(k): _repair(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_repair(v) for v in obj]
-    return obj
