@@ -14,7 +14,9 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError, validators
 from jsonschema.exceptions import best_match
 
-__all__ = ["arguments_error", "schema_error", "without_added"]
+from olp.errors import Failure, ProviderError
+
+__all__ = ["arguments_error", "invalid_tool_call", "schema_error", "without_added"]
 
 
 def schema_error(instance: Any, schema: Mapping[str, Any]) -> str | None:
@@ -49,3 +51,13 @@ def without_added(arguments: Any, schema: Mapping[str, Any] | None, added: Colle
     properties = schema.get("properties") if schema else None
     declared = properties if isinstance(properties, Mapping) else {}
     return {k: v for k, v in arguments.items() if k not in added or k in declared}
+
+
+def invalid_tool_call(cli: str, provider: str, problem: str) -> ProviderError:
+    """The hop's end when the model's tool call through `cli` is still off its tool's
+    schema (or of no tool of the request) after its one retry."""
+    return ProviderError(
+        Failure.UPSTREAM_ERROR,
+        f"{cli}: the model's tool call is invalid (after one retry: {problem})",
+        provider=provider,
+    )

@@ -22,7 +22,7 @@ from olp.providers._claude_stream import (
     usage_from,
 )
 from olp.providers._cli_stream import exit_failure, salvage
-from olp.providers._json_schema import schema_error
+from olp.providers._json_schema import invalid_tool_call, schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -284,12 +284,7 @@ class ClaudeTranslator:
     def _error(self, result: Mapping[str, Any]) -> ProviderError:
         out_of_turns = result.get("subtype") == "error_max_turns"
         if out_of_turns and self._turns.complaint is not None:
-            return ProviderError(
-                Failure.UPSTREAM_ERROR,
-                "claude: the model's tool call is invalid "
-                f"(after one retry: {self._turns.complaint})",
-                provider=self.provider,
-            )
+            return invalid_tool_call("claude", self.provider, self._turns.complaint)
         if out_of_turns and self._schema is not None:
             complaint = self._schema_complaint or "it answered without the structured output"
             return self._off_schema(f"after one retry: {complaint}")

@@ -25,9 +25,8 @@ from typing import Any
 
 import orjson
 
-from olp.errors import Failure, ProviderError
 from olp.ir import ToolCallDelta
-from olp.providers._json_schema import arguments_error
+from olp.providers._json_schema import arguments_error, invalid_tool_call
 from olp.providers.codex_cli.translate import TOOL_NAMESPACE
 
 __all__ = ["ToolCallReader"]
@@ -97,11 +96,7 @@ class ToolCallReader:
                 for index, call in enumerate(answered)
             ]
         if self._retried:
-            raise ProviderError(
-                Failure.UPSTREAM_ERROR,
-                f"codex: the model's tool call is invalid (after one retry: {problem})",
-                provider=self.provider,
-            )
+            raise invalid_tool_call("codex", self.provider, problem)
         self._retried = True
         if self._on_retry is not None:  # the bridge saw (or will see) its own calls
             self._on_retry(sum(self._reaches_bridge(call) for call in calls))

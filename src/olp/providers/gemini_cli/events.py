@@ -38,7 +38,7 @@ import orjson
 
 from olp.errors import Failure, ProviderError
 from olp.ir import Event, Finish, TextDelta, ToolCall, ToolCallDelta, Usage
-from olp.providers._json_schema import arguments_error, without_added
+from olp.providers._json_schema import arguments_error, invalid_tool_call, without_added
 from olp.providers._lenient import count
 from olp.providers.gemini_cli.translate import ADDED_PARAMETERS, TOOL_PREFIX
 
@@ -149,11 +149,7 @@ class GeminiStream:
             ]
             return [*deltas, Finish("tool_calls")]
         if self._complaint is not None:
-            raise ProviderError(
-                Failure.UPSTREAM_ERROR,
-                f"gemini: the model's tool call is invalid (after one retry: {problem})",
-                provider=self.provider,
-            )
+            raise invalid_tool_call("gemini", self.provider, problem)
         self._complaint = problem
         # The CLI checks the arguments against the tool's schema itself: only the calls
         # that pass reach the bridge (and are held there).

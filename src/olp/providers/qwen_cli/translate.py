@@ -27,6 +27,7 @@ from olp.ir import ChatRequest, Event, Finish, TextDelta
 from olp.observability import event_logger
 from olp.providers._claude_stream import ClaudeStreamParser, ToolTurns, finish_reason, usage_from
 from olp.providers._cli_stream import exit_failure, salvage
+from olp.providers._json_schema import invalid_tool_call
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
@@ -306,12 +307,7 @@ class QwenTranslator:
         if self._released or held:
             return [*held, *salvage(None)]
         if self._turns.complaint is not None:  # out of turns after a call off the schemas
-            raise ProviderError(
-                Failure.UPSTREAM_ERROR,
-                "qwen: the model's tool call is invalid "
-                f"(after one retry: {self._turns.complaint})",
-                provider=self.provider,
-            )
+            raise invalid_tool_call("qwen", self.provider, self._turns.complaint)
         detail = "without a result event"
         if self.unparsable:
             detail += f" ({self.unparsable} unparsable line(s) on stdout)"
