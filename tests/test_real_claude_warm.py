@@ -1,8 +1,9 @@
 """The real `claude` CLI started ahead (the warm pool) through OLP, against FakeUpstream:
 a warm request answers, two requests in a row never share a conversation, the pool
-refills, and neither a config reload, a shutdown nor OLP being killed leaves a CLI behind
-(checked in the process table: every process whose working directory is under the
-sandboxes' base directory).
+refills, a CLI started ahead for requests with client tools takes the tools of the
+request it serves, and neither a config reload, a shutdown nor OLP being killed leaves a
+CLI behind (checked in the process table: every process whose working directory is under
+the sandboxes' base directory).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import pytest
 
 from real_cli import RealCli, real_cli
 from real_cli_chat import SYSTEM, real_cli_config
+from real_cli_tools import CLOCK, FINAL, PARIS, QUESTION, RESULT, WEATHER, ask, weather_call
 
-from fakes.upstream import FakeUpstream, RecordedRequest, Text
+from fakes.upstream import FakeUpstream, RecordedRequest, Text, ToolCalls
 from olp_server import OWNER_TOKEN, ProcessServer, eventually, olp_server, write_config
 
 pytestmark = [pytest.mark.real_cli, pytest.mark.timeout(300)]
@@ -143,6 +145,36 @@ def test_a_warm_claude_answers_alone_and_the_pool_refills(
         assert "OLP-SYSTEM-MARKER" in body
     assert children_in(boxes) == set()
     assert list(boxes.iterdir()) == []  # every sandbox removed
+
+
+def test_a_claude_started_ahead_takes_the_tools_of_the_request_it_serves(
+    tmp_path: Path, claude: RealCli, upstream: FakeUpstream, beta: FakeUpstream, boxes: Path
+) -> None:
+    time_call = ToolCalls([("mcp__olp__get_time", '{"tz": "CET"}')])
+    upstream.script(ToolCalls([("mcp__olp__get_weather", PARIS)]), time_call, Text(FINAL))
+    env = {"TMPDIR": str(boxes)}
+    with olp_server(tmp_path, config(claude, upstream, beta, warm=1), env) as olp:
+        weather_call(ask(olp, QUESTION, tools=[WEATHER]))  # nothing waited: a cold start
+        # Started with the bridge and no tools: whatever tools the next request has.
+        assert eventually(lambda: warm(olp.base_url)["waiting"] == 1, START_S)
+        [call] = ask(olp, QUESTION, tools=[CLOCK]).choices[0].message.tool_calls or []
+        assert (call.id, call.function.name) == ("toolu_fake_0", "get_time")
+        assert eventually(lambda: warm(olp.base_url)["waiting"] == 1, START_S)
+        follow_up = [
+            *QUESTION,
+            {"role": "assistant", "tool_calls": [call.model_dump()]},
+            {"role": "tool", "tool_call_id": call.id, "content": RESULT},
+        ]
+        final = ask(olp, follow_up, tools=[CLOCK])
+        assert final.choices[0].message.content == FINAL
+        stats = warm(olp.base_url)
+        assert (stats["hits"], stats["misses"]) == (2, 1)
+    offered = [sorted(t["name"] for t in r.json["tools"]) for r in model_requests(upstream)]
+    # Each run's model saw exactly its request's tools, also those started ahead.
+    assert offered == [["mcp__olp__get_weather"], ["mcp__olp__get_time"], ["mcp__olp__get_time"]]
+    assert RESULT in json.dumps(model_requests(upstream)[2].json["messages"])
+    assert children_in(boxes) == set()
+    assert list(boxes.iterdir()) == []
 
 
 def process_server(

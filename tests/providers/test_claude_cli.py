@@ -27,6 +27,7 @@ from olp.ir import (
     Usage,
 )
 from olp.providers._claude_stream import RateLimitInfo
+from olp.providers._mcp_bridge import BridgedRun
 from olp.providers._subprocess import CliInvocation
 from olp.providers.claude_cli import plugin
 from olp.providers.claude_cli.translate import (
@@ -429,8 +430,8 @@ def test_tools_without_a_bridge_are_not_sent() -> None:
 
 def test_bridged_tools_are_the_only_mcp_server_and_the_only_allowed_tools() -> None:
     tools = (Tool("get_weather"), Tool("get_time"))
-    config = b'{"mcpServers":{"olp":{"type":"http","url":"http://127.0.0.1:1/s/mcp"}}}'
-    inv = build_invocation(request(Message("user", "weather?"), tools=tools), Timeouts(), config)
+    run = BridgedRun(tools)
+    inv = build_invocation(request(Message("user", "weather?"), tools=tools), Timeouts(), run)
     args = list(inv.args)
     assert args[args.index("--tools") + 1] == ""  # every built-in tool stays off
     assert "--strict-mcp-config" in args
@@ -438,12 +439,33 @@ def test_bridged_tools_are_the_only_mcp_server_and_the_only_allowed_tools() -> N
     # calling a missing tool ends there.
     assert args[args.index("--max-turns") + 1] == "2"
     assert args[args.index("--mcp-config") + 1] == "../home/.olp-mcp.json"
-    assert args[args.index("--allowedTools") + 1 :] == [
-        "mcp__olp__get_weather",
-        "mcp__olp__get_time",
-    ]
-    assert inv.home_files == {".olp-mcp.json": config}  # the secret URL is not in argv
+    # Every tool of the bridge, whichever the request's are: a CLI started ahead can
+    # take any request's tools.
+    assert args[args.index("--allowedTools") + 1 :] == ["mcp__olp"]
+    assert inv.tools_run is run
+    url = "http://127.0.0.1:1/s/mcp"
+    assert inv.mcp_files is not None
+    config = json.loads(inv.mcp_files(url)[".olp-mcp.json"])
+    assert config == {"mcpServers": {"olp": {"type": "http", "url": url}}}
+    assert inv.home_files == {}  # the secret URL is neither in argv nor in the warm key
     assert b"127.0.0.1" not in b"".join(a.encode() for a in args)
+
+
+def test_requests_with_other_tools_can_take_the_same_claude_started_ahead() -> None:
+    weather = build_invocation(
+        request(Message("user", "weather?"), tools=(Tool("get_weather"),)),
+        Timeouts(),
+        BridgedRun((Tool("get_weather"),)),
+    )
+    clock = build_invocation(
+        request(Message("user", "time?"), tools=(Tool("get_time"),)),
+        Timeouts(),
+        BridgedRun((Tool("get_time"),)),
+    )
+    plain = build_invocation(request(Message("user", "time?")), Timeouts())
+    assert weather.waits_for_prompt and clock.waits_for_prompt
+    assert weather.warm_key() == clock.warm_key()
+    assert weather.warm_key() != plain.warm_key()
 
 
 def tool_replay(**kw: Any) -> tuple[list[Event], ClaudeTranslator, int]:

@@ -2,19 +2,23 @@
 
 What a CLI sees: exactly the request's tools; a call is held (never run) until its run
 ends or its turn is retried; arguments off the tool's schema are refused at once; the
-endpoint answers only under its run's secret and only while the run lasts.
+endpoint answers only under its secret and only until it is closed. A client connected
+before the request (a CLI started ahead) lists no tools, then is told that they changed,
+and `bind()` returns once it has listed the request's.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import httpx
+import mcp.types as mcp_types
 from mcp import Client
 
 from olp.ir import Tool
-from olp.providers._mcp_bridge import ToolBridge
+from olp.providers._mcp_bridge import BridgedRun, Endpoint, ToolBridge
 
 WEATHER = Tool(
     "get_weather",
@@ -37,6 +41,21 @@ def with_bridge(test: Callable[[ToolBridge], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
+@contextlib.asynccontextmanager
+async def serving(bridge: ToolBridge, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
+    """A run of `tools` bound to a new endpoint, as the CLI runner does for a cold start;
+    the endpoint's URL is `run.url` here."""
+    endpoint = await bridge.open()
+    run = BridgedRun(tools)
+    assert await endpoint.bind(run)  # nothing connected yet: at once
+    run.url = endpoint.url  # type: ignore[attr-defined]
+    try:
+        yield run
+    finally:
+        run.end()
+        endpoint.close()
+
+
 def text_of(result: object) -> str:
     return "".join(getattr(part, "text", "") for part in getattr(result, "content", []))
 
@@ -46,7 +65,7 @@ def test_lists_exactly_the_requests_tools() -> None:
 
 
 async def _lists_exactly_the_requests_tools(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER, CLOCK]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER, CLOCK]) as run, Client(run.url) as client:
         listed = (await client.list_tools()).tools
     assert [(t.name, t.description) for t in listed] == [
         ("get_weather", "The weather in a city now."),
@@ -61,12 +80,12 @@ def test_a_call_is_held_until_the_run_ends_and_never_run() -> None:
 
 
 async def _a_call_is_held_until_the_run_ends_and_never_run(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
         call = asyncio.create_task(client.call_tool("get_weather", {"city": "Paris"}))
         await asyncio.sleep(0.5)
         assert not call.done()  # held: the CLI cannot go on to another turn
         assert run.calls == ["get_weather"]
-        run.ended.set()  # what leaving `serve` does
+        run.end()  # what the end of the request does
         result = await asyncio.wait_for(call, 5)
     assert result.is_error
     assert "OLP does not run tools" in text_of(result)
@@ -77,7 +96,7 @@ def test_arguments_off_the_schema_are_refused_at_once() -> None:
 
 
 async def _arguments_off_the_schema_are_refused_at_once(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
         result = await asyncio.wait_for(client.call_tool("get_weather", {"city": 75}), 5)
     assert result.is_error
     assert text_of(result).startswith(
@@ -90,7 +109,7 @@ def test_a_retried_turn_lets_its_held_and_late_calls_go() -> None:
 
 
 async def _a_retried_turn_lets_its_held_and_late_calls_go(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER, CLOCK]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER, CLOCK]) as run, Client(run.url) as client:
         held = asyncio.create_task(client.call_tool("get_weather", {"city": "Paris"}))
         await asyncio.sleep(0.5)
         assert run.calls == ["get_weather"]
@@ -100,7 +119,7 @@ async def _a_retried_turn_lets_its_held_and_late_calls_go(bridge: ToolBridge) ->
         next_turn = asyncio.create_task(client.call_tool("get_time", {}))
         await asyncio.sleep(0.3)
         assert not next_turn.done()  # the next turn's calls are held again
-        run.ended.set()
+        run.end()
         await asyncio.wait_for(next_turn, 5)
     assert "another call of this turn had invalid arguments" in text_of(first)
     assert "another call of this turn had invalid arguments" in text_of(late)
@@ -111,14 +130,14 @@ def test_after_the_last_retry_an_invalid_call_is_held_too() -> None:
 
 
 async def _after_the_last_retry_an_invalid_call_is_held_too(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
         first = await asyncio.wait_for(client.call_tool("get_weather", {"city": 75}), 5)
         run.retry_turn(1, last=True)
         again = asyncio.create_task(client.call_tool("get_weather", {"city": 75}))
         await asyncio.sleep(0.3)
         # Answered, it would send the CLI on to a request the provider does not want.
         assert not again.done()
-        run.ended.set()
+        run.end()
         result = await asyncio.wait_for(again, 5)
     assert "Invalid arguments for get_weather" in text_of(first)
     assert "OLP does not run tools" in text_of(result)
@@ -129,8 +148,8 @@ def test_only_the_runs_secret_path_answers_and_only_while_it_runs() -> None:
 
 
 async def _only_the_runs_secret_path_answers_and_only_while_it_runs(bridge: ToolBridge) -> None:
-    async with bridge.serve([WEATHER]) as run:
-        url = run.url
+    async with serving(bridge, [WEATHER]) as run:
+        url: str = run.url  # type: ignore[attr-defined]
         base, secret, _ = url.rsplit("/", 2)
         async with httpx.AsyncClient() as http:
             other = "y" if secret.endswith("x") else "x"  # (a secret may end in "x")
@@ -141,3 +160,86 @@ async def _only_the_runs_secret_path_answers_and_only_while_it_runs(bridge: Tool
     assert gone.status_code == 404
     assert url.startswith("http://127.0.0.1:")
     assert len(secret) >= 32
+
+
+def test_a_client_connected_ahead_lists_the_requests_tools_once_bound() -> None:
+    with_bridge(_a_client_connected_ahead_lists_the_requests_tools_once_bound)
+
+
+async def _a_client_connected_ahead_lists_the_requests_tools_once_bound(
+    bridge: ToolBridge,
+) -> None:
+    endpoint = await bridge.open()
+    listings: list[list[str]] = []
+    relisted = asyncio.Event()
+
+    async def relist(client: Client) -> None:
+        listings.append([tool.name for tool in (await client.list_tools()).tools])
+        if len(listings) == 2:
+            relisted.set()
+
+    try:
+        async with relisting_client(endpoint, relist) as client:
+            await relist(client)  # what a CLI started ahead does once connected
+            assert listings == [[]]
+            run = BridgedRun([WEATHER, CLOCK])
+            # bind() returns once the new list is sent (the client reads it in a moment).
+            assert await endpoint.bind(run, timeout_s=5)
+            await asyncio.wait_for(relisted.wait(), 5)
+            assert listings == [[], ["get_weather", "get_time"]]
+            result = await asyncio.wait_for(client.call_tool("get_weather", {"city": 1}), 5)
+            assert text_of(result).startswith("Invalid arguments for get_weather")
+            run.end()
+    finally:
+        endpoint.close()
+
+
+def test_a_client_that_does_not_list_again_is_not_bound_in_time() -> None:
+    with_bridge(_a_client_that_does_not_list_again_is_not_bound_in_time)
+
+
+async def _a_client_that_does_not_list_again_is_not_bound_in_time(bridge: ToolBridge) -> None:
+    endpoint = await bridge.open()
+    try:
+        async with Client(endpoint.url, mode="legacy") as client:
+            assert (await client.list_tools()).tools == []
+            # Told that the tools changed, it does not list them: it would go on without.
+            assert not await endpoint.bind(BridgedRun([WEATHER]), timeout_s=0.5)
+    finally:
+        endpoint.close()
+
+
+def test_a_call_before_any_request_is_not_run() -> None:
+    with_bridge(_a_call_before_any_request_is_not_run)
+
+
+async def _a_call_before_any_request_is_not_run(bridge: ToolBridge) -> None:
+    endpoint = await bridge.open()
+    try:
+        async with Client(endpoint.url, mode="legacy") as client:
+            result = await asyncio.wait_for(client.call_tool("get_weather", {}), 5)
+    finally:
+        endpoint.close()
+    assert result.is_error
+    assert "no request is being answered" in text_of(result)
+
+
+@contextlib.asynccontextmanager
+async def relisting_client(
+    endpoint: Endpoint, relist: Callable[[Client], Awaitable[None]]
+) -> AsyncIterator[Client]:
+    """A client of `endpoint` that lists the tools again when told they changed (as Claude
+    Code does); over the initialize handshake, as the CLIs speak it."""
+    holder: list[Client] = []
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def on_message(message: object) -> None:
+        if isinstance(message, mcp_types.ToolListChangedNotification):
+            # Not in the handler itself: the answer comes through the same session.
+            task = asyncio.create_task(relist(holder[0]))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    async with Client(endpoint.url, mode="legacy", message_handler=on_message) as client:
+        holder.append(client)
+        yield client

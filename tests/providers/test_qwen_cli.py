@@ -11,6 +11,7 @@ import pytest
 from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
 from olp.ir import ChatRequest, Event, Finish, Message, TextDelta, Tool, ToolCallDelta, Usage
+from olp.providers._mcp_bridge import BridgedRun
 from olp.providers._prompt import DEFAULT_SYSTEM_PROMPT
 from olp.providers.qwen_cli import plugin
 from olp.providers.qwen_cli.translate import (
@@ -304,11 +305,14 @@ def test_tools_the_model_may_not_call_are_not_sent() -> None:
 
 
 def test_a_bridged_run_has_the_bridge_as_its_only_mcp_server() -> None:
-    inv = build_invocation(ask(tools=TOOLS), {}, session_id=SESSION, mcp_url=URL)
+    run = BridgedRun(TOOLS)
+    inv = build_invocation(ask(tools=TOOLS), {}, session_id=SESSION, tools_run=run)
     args = list(inv.args)
     # One turn to answer, one more after arguments off the schema.
     assert args[args.index("--max-session-turns") + 1] == "2"
-    assert inv.home_files == {".qwen/settings.json": run_settings(URL)}
+    assert inv.tools_run is run
+    assert inv.mcp_files is not None
+    assert inv.mcp_files(URL) == {".qwen/settings.json": run_settings(URL)}
     assert URL not in " ".join(args)  # the secret URL is only in the private HOME
     settings = json.loads(run_settings(URL))
     assert settings["mcpServers"] == {"olp": {"httpUrl": URL, "trust": True}}

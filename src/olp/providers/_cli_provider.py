@@ -10,8 +10,9 @@ client tools unless the CLI bridges them, no sampling, JSON mode as an instructi
 runner's concurrency), reports no quota unless the provider overrides `quota()`, stops its
 waiting processes (the warm pool) in `retire()` and kills its children in `aclose()`.
 `stream()` adds the owner's `system_prompt` and, for a request whose client tools the CLI
-takes (`bridges_tools`), serves them on this provider's MCP bridge (made on the first such
-request, closed with the provider) for the run; the subclass's `_run()` starts the CLI.
+takes (`bridges_tools`), makes them a `BridgedRun` for the subclass's `_run()`, which
+starts the CLI with them (`CliInvocation.tools_run`): the runner serves them to the child
+on this provider's MCP bridge (made on the first such request, closed with the provider).
 The server calls `preload()` in a thread once it listens, so that the first request with
 tools does not wait for the MCP SDK to import.
 
@@ -30,6 +31,7 @@ import importlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import replace
+from types import ModuleType
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from olp.config.model import ProviderConfig
@@ -76,8 +78,10 @@ class CliProvider:
             default_command=default_command,
             install_hint=install_hint,
             warm=config.warm if config.warm is not None else warm_default,
+            bridge=self._tool_bridge,
         )
         self._bridge: ToolBridge | None = None
+        self._bridge_loaded: ModuleType | None = None
 
     @property
     def runner(self) -> CliRunner:
@@ -192,15 +196,17 @@ class CliProvider:
                 async for event in events:
                     yield event
             return
-        bridge = await self._tool_bridge()
-        # The run (and its child) ends before the bridge lets go of the calls it holds,
-        # also when the consumer stops early: a CLI told "not run" could go on.
-        async with (
-            bridge.serve(request.tools, self.added_tool_parameters) as run,
-            contextlib.aclosing(self._run(request, run)) as events,
-        ):
-            async for event in events:
-                yield event
+        module = await self._bridge_module()
+        run: BridgedRun = module.BridgedRun(request.tools, self.added_tool_parameters)
+        try:
+            async with contextlib.aclosing(self._run(request, run)) as events:
+                async for event in events:
+                    yield event
+        finally:
+            # Only once the run (and its child) ended, also when the consumer stopped
+            # early, does the bridge let go of the calls it holds: a CLI told "not run"
+            # could go on.
+            run.end()
 
     def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
         """The CLI's run for `request`, with `run` its bridged tools (None: none)."""
@@ -215,15 +221,20 @@ class CliProvider:
     async def _tool_bridge(self) -> ToolBridge:
         """This provider's MCP bridge for client tools, started on first use."""
         if self._bridge is None:
-            # The MCP SDK takes a second or more to import. `preload()` has usually done it
-            # by now; if not (a provider added by a config reload, a request in the first
-            # second), only a request with tools waits, and in a thread, so that the server
-            # answers every other request meanwhile.
-            module = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
-            bridge_type: type[ToolBridge] = module.ToolBridge
+            bridge_type: type[ToolBridge] = (await self._bridge_module()).ToolBridge
             if self._bridge is None:  # (another request may have made it meanwhile)
                 self._bridge = bridge_type(self.name)
         return self._bridge
+
+    async def _bridge_module(self) -> ModuleType:
+        """The MCP bridge's module. The MCP SDK takes a second or more to import.
+        `preload()` has usually done it by now; if not (a provider added by a config
+        reload, a request in the first second), only a request with tools waits, and in
+        a thread, so that the server answers every other request meanwhile (an import
+        under way in `preload()`'s thread is waited for, not seen half done)."""
+        if self._bridge_loaded is None:
+            self._bridge_loaded = await asyncio.to_thread(importlib.import_module, _BRIDGE_MODULE)
+        return self._bridge_loaded
 
     def quota(self) -> QuotaSnapshot | None:
         return None

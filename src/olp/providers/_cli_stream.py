@@ -17,6 +17,8 @@ and early termination the same way:
   gives the last events and the child is terminated — no waiting for it to exit;
 - a translator that also has `feed_stderr` (`StderrTranslator`) sees each stderr line as
   it comes; the first error it returns ends the run at once (the child is killed);
+- a translator that also has `reply` (`ReplyTranslator`, for an invocation that keeps
+  stdin open) may answer a line: what it returns is written to the CLI's stdin;
 - at EOF, `end(exit_status, stderr_tail)` decides: final events, salvage
   (`Finish("length")` after content, docs/design.md §5 rule 4) or an error;
 - with a `wake` event (`WakeTranslator`), something outside the output may make the
@@ -43,6 +45,7 @@ from olp.providers._subprocess import CliInvocation, CliRunner
 
 __all__ = [
     "LineTranslator",
+    "ReplyTranslator",
     "StderrTranslator",
     "WakeTranslator",
     "cli_version",
@@ -88,6 +91,15 @@ class StderrTranslator(Protocol):
 
 
 @runtime_checkable
+class ReplyTranslator(Protocol):
+    """A translator that writes to the CLI's stdin as its lines come (optional)."""
+
+    def reply(self) -> bytes | None:
+        """What to write to the CLI after the line just fed (once), or None."""
+        ...
+
+
+@runtime_checkable
 class WakeTranslator(Protocol):
     """A translator told of a `wake` event of `stream_cli` (optional)."""
 
@@ -115,6 +127,7 @@ async def stream_cli(
             proc.watch_stderr(translator.feed_stderr)
         if wake is not None and not isinstance(translator, WakeTranslator):
             raise TypeError("a wake event needs a translator with woken()")
+        replying = translator if isinstance(translator, ReplyTranslator) else None
         async with contextlib.aclosing(_lines_or_wake(proc.lines(), wake)) as source:
             async for line in source:
                 if line is None:
@@ -122,6 +135,8 @@ async def stream_cli(
                     events = translator.woken()
                 else:
                     events = translator.feed(line)
+                if replying is not None and (reply := replying.reply()) is not None:
+                    await proc.send(reply)
                 proc.answered(translator.answer_lines)
                 for event in events:
                     yield event

@@ -2,17 +2,24 @@
 
 A subscription CLI only lets its model call tools it knows, and every built-in one is off.
 For a request with `tools`, OLP serves exactly those tools (names, descriptions, JSON
-schemas) over MCP's streamable HTTP transport, and the CLI is started with that server as
-its only one:
+schemas) over MCP's streamable HTTP transport, and the CLI runs with that server as its
+only one. Two objects, because a CLI may be started before its request is known (the warm
+pool):
 
-    async with bridge.serve(request.tools) as run:
-        ... start the CLI with `run.url` in its MCP config ...
+    endpoint = await bridge.open()       # one per child: its MCP config names endpoint.url
+    run = BridgedRun(request.tools)      # one per request: its tools and the calls made
+    await endpoint.bind(run)             # before the child is given its prompt
+    ...
+    run.end(); endpoint.close()
 
-- One loopback listener per provider, started on first use; each run gets its own path
-  under a fresh 192-bit secret, written only into the child's private (0700) home, and
-  gone when the run ends: another run, or another local user, cannot reach it.
+- One loopback listener per provider, started on first use; each endpoint has its own
+  path under a fresh 192-bit secret, written only into its child's private (0700) home,
+  and gone when it is closed: another child, or another local user, cannot reach it.
 - The protocol is the official `mcp` SDK's low-level `Server` (client tools are JSON
   schemas, not Python functions, which is what the higher-level `MCPServer` registers).
+  An endpoint lists the tools of the run bound to it, none before. A CLI started ahead
+  connects and lists none; `bind()` then sends it `tools/list_changed` and waits until it
+  has listed the run's tools again, so that it has them before it reads its prompt.
 - The bridge never runs a tool. The provider reads the model's tool calls off the CLI's
   own output, answers the client with them and ends the child; a call that reaches the
   bridge meanwhile is held until the run ends, so the CLI cannot move on to another turn.
@@ -35,12 +42,15 @@ import asyncio
 import contextlib
 import secrets
 import socket
-from collections.abc import AsyncIterator, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
+import anyio
 import mcp.types as mcp_types
 import uvicorn
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 
@@ -49,7 +59,7 @@ from olp.ir import Tool
 from olp.observability import event_logger
 from olp.providers._json_schema import arguments_error, without_added
 
-__all__ = ["BridgedRun", "ToolBridge"]
+__all__ = ["BridgedRun", "Endpoint", "ToolBridge"]
 
 log = event_logger("olp.providers.mcp_bridge")
 
@@ -59,11 +69,15 @@ _EMPTY_SCHEMA = {"type": "object", "properties": {}}
 _NOT_RUN = "OLP does not run tools: the client runs them and sends the result back."
 _RETRY = "Invalid arguments for {name}: {problem}. Call it again with arguments that match."
 _LET_GO = "Not run: another call of this turn had invalid arguments. Make the calls again."
+_NO_REQUEST = "Not run: no request is being answered yet."
 _STARTUP_S = 5.0
+# How long `bind()` waits for a CLI started ahead to list the tools again (loopback: a
+# few milliseconds; one that takes this long is not used).
+_RELIST_S = 2.0
 
 
 class BridgedRun:
-    """One CLI run's MCP server: the tools it lists, the calls it holds."""
+    """One request's client tools and the calls its CLI makes of them."""
 
     def __init__(self, tools: Sequence[Tool], added: Collection[str] = ()) -> None:
         self.tools = [_mcp_tool(tool) for tool in tools]
@@ -73,26 +87,11 @@ class BridgedRun:
         self.ended = asyncio.Event()
         # Set by each call of the current turn (not by a late call of a retried one).
         self.called = asyncio.Event()
-        self.url = ""
         # Set (and replaced) by `retry_turn()`: the held calls of that turn go.
         self._let_go = asyncio.Event()
         self._turn_calls = 0  # calls that reached the bridge in this turn
         self._owed = 0  # calls of a retried turn that have yet to arrive
         self._last_turn = False  # no retry after this turn: invalid calls are held too
-        self.ready = asyncio.Event()
-        server: Server[Any] = Server(
-            _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
-        )
-        self.manager = StreamableHTTPSessionManager(
-            app=server,
-            json_response=True,
-            stateless=True,
-            security_settings=TransportSecuritySettings(
-                enable_dns_rebinding_protection=True,
-                allowed_hosts=["127.0.0.1:*"],
-                allowed_origins=["http://127.0.0.1:*"],
-            ),
-        )
 
     def retry_turn(self, calls: int, *, last: bool = False) -> None:
         """The model's turn of `calls` calls is not the answer: let all of them go.
@@ -103,20 +102,14 @@ class BridgedRun:
         self._let_go.set()
         self._let_go = asyncio.Event()
 
-    async def host(self) -> None:
-        """Keep the session manager running until the run ends (in a task of its own)."""
-        async with self.manager.run():
-            self.ready.set()
-            await self.ended.wait()
+    def end(self) -> None:
+        """The request is over: every held call goes, answered "not run"."""
+        self.ended.set()
+        if self.calls:
+            log.debug("mcp_calls_held", tools=self.calls)
 
-    async def _list_tools(
-        self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
-    ) -> mcp_types.ListToolsResult:
-        return mcp_types.ListToolsResult(tools=self.tools)
-
-    async def _call_tool(
-        self, ctx: Any, params: mcp_types.CallToolRequestParams
-    ) -> mcp_types.CallToolResult:
+    async def call(self, params: mcp_types.CallToolRequestParams) -> mcp_types.CallToolResult:
+        """The answer to a call of the model's (module docstring)."""
         self.calls.append(params.name)
         late = self._owed > 0
         if late:
@@ -143,6 +136,106 @@ class BridgedRun:
         return _error(_NOT_RUN if self.ended.is_set() else _LET_GO)
 
 
+class _ToolsServer(Server[Any]):
+    """The SDK's low-level server, telling clients that its tool list can change: a
+    client is only bound to take a `tools/list_changed` notification once told."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        return super().create_initialization_options(
+            notification_options or NotificationOptions(tools_changed=True),
+            experimental_capabilities,
+            extensions,
+        )
+
+
+class Endpoint:
+    """One CLI child's MCP server, at `url`, serving the tools of the run bound to it."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.run: BridgedRun | None = None
+        self.closed = asyncio.Event()
+        self.ready = asyncio.Event()
+        # Set each time the CLI lists the tools (it has connected).
+        self.listed = asyncio.Event()
+        self._listings = 0
+        self._session: ServerSession | None = None
+        server = _ToolsServer(
+            _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
+        )
+        self.manager = StreamableHTTPSessionManager(
+            app=server,
+            json_response=True,
+            # The endpoint lives as long as its child, however long that waits.
+            session_idle_timeout=None,
+            security_settings=TransportSecuritySettings(
+                enable_dns_rebinding_protection=True,
+                allowed_hosts=["127.0.0.1:*"],
+                allowed_origins=["http://127.0.0.1:*"],
+            ),
+        )
+
+    async def bind(self, run: BridgedRun, timeout_s: float = _RELIST_S) -> bool:
+        """Serve `run`'s tools from now on. A CLI that has listed the tools already (it
+        was started ahead) is told that they changed and lists them again: True once it
+        has, False if it did not within `timeout_s` (it would go on without them)."""
+        self.run = run
+        session = self._session
+        if session is None:
+            return True
+        self.listed.clear()
+        try:
+            async with asyncio.timeout(timeout_s):
+                await session.send_tool_list_changed()
+                await self.listed.wait()
+        except (TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            return False
+        return True
+
+    def close(self) -> None:
+        """The child is gone: end the MCP sessions (a held call with them) and the URL."""
+        self.closed.set()
+
+    async def host(self) -> None:
+        """Keep the session manager running until `closed` (in a task of its own)."""
+        async with self.manager.run():
+            self.ready.set()
+            await self.closed.wait()
+
+    async def handle(self, scope: Any, receive: Any, send: Any) -> None:
+        """One HTTP request of the CLI's."""
+        listings = self._listings
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        except asyncio.CancelledError:
+            # A held call whose child is gone: the session manager cancelled it, and the
+            # CLI that made it is gone. Anything else is a real cancellation.
+            if not self.closed.is_set():
+                raise
+        if self._listings != listings:
+            self.listed.set()  # the list is sent: the CLI has it before its prompt
+
+    async def _list_tools(
+        self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
+    ) -> mcp_types.ListToolsResult:
+        self._session = ctx.session
+        self._listings += 1
+        tools = [] if self.run is None else self.run.tools
+        return mcp_types.ListToolsResult(tools=tools)
+
+    async def _call_tool(
+        self, ctx: Any, params: mcp_types.CallToolRequestParams
+    ) -> mcp_types.CallToolResult:
+        if self.run is None:
+            return _error(_NO_REQUEST)
+        return await self.run.call(params)
+
+
 def _error(text: str) -> mcp_types.CallToolResult:
     content = mcp_types.TextContent(type="text", text=text)
     return mcp_types.CallToolResult(content=[content], is_error=True)
@@ -162,50 +255,45 @@ class _QuietServer(uvicorn.Server):
 
 
 class ToolBridge:
-    """Serves each run's tools on one loopback listener; see the module docstring."""
+    """Serves each child's endpoint on one loopback listener; see the module docstring."""
 
     def __init__(self, provider: str) -> None:
         self._provider = provider
-        self._runs: dict[str, BridgedRun] = {}
+        self._endpoints: dict[str, Endpoint] = {}
         self._hosts: set[asyncio.Task[None]] = set()
         self._server: _QuietServer | None = None
         self._serving: asyncio.Task[None] | None = None
         self._port = 0
         self._lock = asyncio.Lock()
 
-    @contextlib.asynccontextmanager
-    async def serve(
-        self, tools: Sequence[Tool], added: Collection[str] = ()
-    ) -> AsyncIterator[BridgedRun]:
-        """A run offering `tools` at its `url` (an MCP endpoint) while the block runs;
-        `added`: parameters the CLI adds to every tool (left out of the schema check).
+    async def open(self) -> Endpoint:
+        """A new endpoint, at a URL of its own until it is `close()`d.
 
         Raises `ProviderError` (SPAWN_FAILED) if the bridge cannot start.
         """
         port = await self._listening()
-        run = BridgedRun(tools, added)
         secret = secrets.token_urlsafe(24)
-        host = asyncio.create_task(run.host())
+        endpoint = Endpoint(f"http://127.0.0.1:{port}/{secret}/mcp")
+        host = asyncio.create_task(endpoint.host())
         self._hosts.add(host)
-        host.add_done_callback(self._hosts.discard)
+        self._endpoints[secret] = endpoint
+
+        def forget(task: asyncio.Task[None]) -> None:
+            self._hosts.discard(task)
+            self._endpoints.pop(secret, None)
+
+        host.add_done_callback(forget)
         try:
-            try:
-                async with asyncio.timeout(_STARTUP_S):
-                    await run.ready.wait()
-            except TimeoutError as exc:
-                raise self._failed("its MCP session manager did not start") from exc
-            self._runs[secret] = run
-            run.url = f"http://127.0.0.1:{port}/{secret}/mcp"
-            yield run
-        finally:
-            self._runs.pop(secret, None)
-            run.ended.set()
-            if run.calls:
-                log.debug("mcp_calls_held", tools=run.calls)
+            async with asyncio.timeout(_STARTUP_S):
+                await endpoint.ready.wait()
+        except TimeoutError as exc:
+            endpoint.close()
+            raise self._failed("its MCP session manager did not start") from exc
+        return endpoint
 
     async def aclose(self) -> None:
-        for run in self._runs.values():
-            run.ended.set()
+        for endpoint in self._endpoints.values():
+            endpoint.close()
         if self._hosts:
             await asyncio.wait(set(self._hosts), timeout=_STARTUP_S)
         server, serving = self._server, self._serving
@@ -254,15 +342,9 @@ class ToolBridge:
         if scope["type"] != "http":
             return
         parts = str(scope["path"]).split("/")
-        run = self._runs.get(parts[1]) if len(parts) == 3 and parts[2] == "mcp" else None
-        if run is None:
+        found = self._endpoints.get(parts[1]) if len(parts) == 3 and parts[2] == "mcp" else None
+        if found is None or found.closed.is_set():
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        try:
-            await run.manager.handle_request(scope, receive, send)
-        except asyncio.CancelledError:
-            # A held call whose run ended: the session manager cancelled it, and the CLI
-            # that made it is gone. Anything else is a real cancellation.
-            if not run.ended.is_set():
-                raise
+        await found.handle(scope, receive, send)

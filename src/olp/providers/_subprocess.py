@@ -26,6 +26,12 @@ What it guarantees, so providers stay pure translation:
   first content of the answer went to the client (`CliProcess.content_delivered`) or the
   run ended, so a starting CLI does not take the cores from the one the client waits for.
   Waiting processes do not count against `max_concurrent`;
+- an invocation with `mcp_files` (client tools over OLP's MCP bridge, given by the
+  `bridge` the runner was made with) gets an endpoint of the bridge for each child, named
+  in the child's home files, and closed when the child ends. The request's `tools_run` is
+  bound to it before the prompt; a child started ahead is taken only once it has listed
+  the tools (so it has connected), and if it does not list the request's tools again in
+  time it is stopped and a cold one started instead;
 - on Linux every child gets SIGKILL when OLP dies, even by SIGKILL (parent-death signal).
 """
 
@@ -39,10 +45,11 @@ import statistics
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Hashable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field, fields
 from functools import cache
+from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
@@ -52,6 +59,9 @@ from olp.providers._cli_process import CliProcess
 from olp.providers._sandbox import Sandbox, child_env, resolve_binary
 from olp.providers._warm_pool import DEFAULT_MAX_IDLE_S, WarmChild, WarmPool
 from olp.providers.base import WarmStats
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun, Endpoint, ToolBridge
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENT",
@@ -93,16 +103,27 @@ class CliInvocation:
     # The child reads its prompt (`stdin`) before it does anything that depends on the
     # request, so it can be started ahead and given the prompt later (the warm pool).
     waits_for_prompt: bool = False
+    # Client tools over OLP's MCP bridge: the home files naming the child's bridge
+    # endpoint, given its URL (written over `home_files`). Part of the warm key, so a
+    # module-level function where the child may be started ahead.
+    mcp_files: Callable[[str], Mapping[str, bytes]] | None = None
+    # The request's tools, bound to the child's endpoint before its prompt (like `stdin`,
+    # not part of the warm key).
+    tools_run: BridgedRun | None = None
 
     def warm_key(self) -> Hashable:
-        """Everything fixed when the child starts: all but `stdin`, mappings sorted."""
+        """Everything fixed when the child starts: all but `stdin` and `tools_run`,
+        mappings sorted."""
         parts: list[object] = []
         for f in fields(self):
-            if f.name == "stdin":
+            if f.name in _PER_REQUEST:
                 continue
             value = getattr(self, f.name)
             parts.append(tuple(sorted(value.items())) if isinstance(value, Mapping) else value)
         return tuple(parts)
+
+
+_PER_REQUEST = frozenset({"stdin", "tools_run"})
 
 
 class CliRunner:
@@ -120,13 +141,16 @@ class CliRunner:
         kill_grace_s: float = KILL_GRACE_S,
         warm: int = 0,
         warm_max_idle_s: float = DEFAULT_MAX_IDLE_S,
+        bridge: Callable[[], Awaitable[ToolBridge]] | None = None,
     ) -> None:
+        """`bridge`: the MCP bridge for client tools (made on first use)."""
         self.provider = provider
         self.config = config
         self.command = config.command or default_command
         self.max_line_bytes = max_line_bytes
         self.install_hint = install_hint
         self.kill_grace_s = kill_grace_s
+        self._bridge = bridge
         self._slots = Slots(config.max_concurrent or DEFAULT_MAX_CONCURRENT, queue_size)
         self._live: set[CliProcess] = set()
         self._closed = False
@@ -218,14 +242,18 @@ class CliRunner:
         await self._slots.acquire(wait_s, self._full)
         try:
             pool = self._pool if invocation.waits_for_prompt else None
-            warm = pool.take(invocation.warm_key(), invocation) if pool is not None else None
+            warm = await self._take_warm(pool, invocation) if pool is not None else None
             box = warm.box if warm is not None else self._new_sandbox()
+            endpoint = warm.endpoint if warm is not None else None
             try:
                 if warm is not None:
                     process = warm.process
                     process.begin(invocation.stdin)
                 else:
-                    env = self._prepare(box, invocation)
+                    endpoint = await self._open_endpoint(invocation)
+                    if endpoint is not None and invocation.tools_run is not None:
+                        await endpoint.bind(invocation.tools_run)  # not connected: at once
+                    env = self._prepare(box, invocation, endpoint)
                     process = await self._exec(command, invocation, box, env, invocation.stdin)
                 refill = self._refill_once(pool, invocation)
                 if pool is not None:  # a request that could use the pool (not `--version`)
@@ -238,9 +266,38 @@ class CliRunner:
                     await process.terminate()
                     refill()
             finally:
+                if endpoint is not None:
+                    endpoint.close()
                 box.remove()
         finally:
             self._slots.release()
+
+    async def _take_warm(
+        self, pool: WarmPool[CliInvocation], invocation: CliInvocation
+    ) -> WarmChild | None:
+        """A waiting child for `invocation`, its endpoint (if any) bound to the request's
+        tools; None if there is none, or if it did not take the tools in time."""
+        child = pool.take(invocation.warm_key(), invocation)
+        run = invocation.tools_run
+        if child is None or child.endpoint is None or run is None:
+            return child
+        if await child.endpoint.bind(run):
+            return child
+        log.warning("cli_warm_unbound", provider=self.provider, pid=child.process.pid)
+        await self._stop_waiting(child)
+        return None
+
+    async def _open_endpoint(self, invocation: CliInvocation) -> Endpoint | None:
+        """A bridge endpoint for a child of `invocation`, if it takes client tools."""
+        if invocation.mcp_files is None:
+            return None
+        if self._bridge is None:
+            raise ProviderError(
+                Failure.SPAWN_FAILED,
+                f"{self.provider}: client tools need an MCP bridge and this runner has none",
+                provider=self.provider,
+            )
+        return await (await self._bridge()).open()
 
     def _new_sandbox(self) -> Sandbox:
         return Sandbox.create(self.provider, self.config.inherited_env.get("TMPDIR"))
@@ -274,19 +331,49 @@ class CliRunner:
             raise self.not_found()
         stamp = self._credentials_stamp(invocation)
         box = self._new_sandbox()
+        endpoint: Endpoint | None = None
         try:
-            env = self._prepare(box, invocation)
+            endpoint = await self._open_endpoint(invocation)
+            env = self._prepare(box, invocation, endpoint)
             process = await self._exec(command, invocation, box, env, None)
         except BaseException:
+            if endpoint is not None:
+                endpoint.close()
             box.remove()
             raise
-        return WarmChild(process, box, stamp)
+        child = WarmChild(process, box, stamp, endpoint)
+        if endpoint is not None:
+            await self._wait_connected(child)
+        return child
+
+    async def _wait_connected(self, child: WarmChild) -> None:
+        """Until a child started ahead has listed its endpoint's tools (none yet): only
+        then can it be told of the request's. Stops it if it exits or takes too long."""
+        assert child.endpoint is not None
+        listed = asyncio.ensure_future(child.endpoint.listed.wait())
+        exited = asyncio.ensure_future(child.process.exited_within(_CONNECT_S))
+        try:
+            await asyncio.wait({listed, exited}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            listed.cancel()
+            exited.cancel()
+        if child.endpoint.listed.is_set():
+            return
+        await self._stop_waiting(child)
+        raise ProviderError(
+            Failure.SPAWN_FAILED,
+            f"{self.provider} started ahead did not connect to OLP's MCP bridge within "
+            f"{_CONNECT_S:g}s: {child.process.stderr_tail()[-300:]}",
+            provider=self.provider,
+        )
 
     @staticmethod
     async def _stop_waiting(child: WarmChild) -> None:
         try:
             await child.process.terminate()
         finally:
+            if child.endpoint is not None:
+                child.endpoint.close()
             child.box.remove()
 
     def _credentials_stamp(self, invocation: CliInvocation) -> Hashable:
@@ -314,9 +401,16 @@ class CliRunner:
             provider=self.provider,
         )
 
-    def _prepare(self, box: Sandbox, invocation: CliInvocation) -> dict[str, str]:
+    def _prepare(
+        self, box: Sandbox, invocation: CliInvocation, endpoint: Endpoint | None
+    ) -> dict[str, str]:
+        """The child's files written, its environment made. `endpoint`: its bridge endpoint
+        (`invocation.mcp_files` names it)."""
+        home_files = invocation.home_files
+        if endpoint is not None and invocation.mcp_files is not None:
+            home_files = {**home_files, **invocation.mcp_files(endpoint.url)}
         try:
-            box.write_home_files(invocation.home_files)
+            box.write_home_files(home_files)
             box.write_work_files(invocation.work_files)
             box.link_home(invocation.home_links)
             box.link_credentials(self.config.user_home, invocation.credentials)
@@ -370,6 +464,9 @@ class CliRunner:
 
 
 _SAMPLES = 64
+# How long a child started ahead may take to connect to its bridge endpoint (it starts on
+# a machine busy with other children).
+_CONNECT_S = 60.0
 
 
 def _p50_ms(samples: deque[float]) -> float | None:

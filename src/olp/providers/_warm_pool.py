@@ -26,12 +26,15 @@ import asyncio
 from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from olp.errors import ProviderError
 from olp.observability import event_logger
 from olp.providers._cli_process import CliProcess
 from olp.providers._sandbox import Sandbox
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import Endpoint
 
 __all__ = ["DEFAULT_MAX_IDLE_S", "WarmChild", "WarmPool"]
 
@@ -53,6 +56,8 @@ class WarmChild:
     box: Sandbox
     # The owner's credential files as they were when it started (see `CliRunner`).
     credentials_stamp: Hashable
+    # Its MCP bridge endpoint, for a child that takes client tools (`CliRunner`).
+    endpoint: Endpoint | None = None
     watcher: asyncio.Task[None] | None = field(default=None, repr=False)
 
 

@@ -40,8 +40,7 @@ class ClaudeCliProvider(CliProvider):
         self._rate_limit: RateLimitInfo | None = None
 
     async def _run(self, request: ChatRequest, run: BridgedRun | None) -> AsyncGenerator[Event]:
-        config = None if run is None else translate.mcp_config(run.url)
-        invocation = translate.build_invocation(request, self._config.timeouts, config)
+        invocation = translate.build_invocation(request, self._config.timeouts, run)
         translator = translate.ClaudeTranslator(
             self.name,
             time.time,
@@ -52,6 +51,7 @@ class ClaudeCliProvider(CliProvider):
             schema=translate.output_schema(request),
             tool_schemas={tool.name: tool.parameters for tool in request.tools} if run else None,
             on_retry=None if run is None else run.retry_turn,
+            held_prompt=None if run is None else translate.held_prompt(request),
         )
         async for event in stream_cli(self._runner, invocation, translator):
             yield event

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -26,6 +26,10 @@ from olp.providers._json_schema import invalid_tool_call, schema_error
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
+from olp.providers.claude_cli.tools_gate import STATUS_REQUEST, ToolsGate
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = [
     "CREDENTIALS",
@@ -39,7 +43,8 @@ __all__ = [
     "ClaudeTranslator",
     "build_invocation",
     "classify",
-    "mcp_config",
+    "held_prompt",
+    "mcp_files",
     "output_schema",
 ]
 
@@ -70,6 +75,8 @@ TOOL_PREFIX = f"mcp__{MCP_SERVER}__"
 # directory (`_sandbox`), and reads it through this path relative to its cwd.
 MCP_CONFIG_FILE = ".olp-mcp.json"
 _MCP_CONFIG_ARG = f"../home/{MCP_CONFIG_FILE}"
+# A permission rule naming a server allows each of its tools.
+_ALLOW_BRIDGE = f"mcp__{MCP_SERVER}"
 # With a schema to meet — `response_format` through the CLI's own `--json-schema` (its
 # StructuredOutput tool checks it), or bridged tools' parameters (the bridge checks
 # them) — a mismatch goes back to the model as a tool error for one more try: that try
@@ -95,9 +102,10 @@ _FLAGS = (
 _INIT_ID = "olp-init"
 
 
-def mcp_config(url: str) -> bytes:
-    """The `--mcp-config` document naming the bridge's `url` as the only MCP server."""
-    return orjson.dumps({"mcpServers": {MCP_SERVER: {"type": "http", "url": url}}})
+def mcp_files(url: str) -> dict[str, bytes]:
+    """The `--mcp-config` file naming the bridge endpoint at `url` as the only MCP server."""
+    config = {"mcpServers": {MCP_SERVER: {"type": "http", "url": url}}}
+    return {MCP_CONFIG_FILE: orjson.dumps(config)}
 
 
 def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
@@ -111,55 +119,71 @@ def output_schema(request: ChatRequest) -> Mapping[str, Any] | None:
 
 
 def build_invocation(
-    request: ChatRequest, timeouts: Timeouts, mcp_config: bytes | None = None
+    request: ChatRequest, timeouts: Timeouts, tools_run: BridgedRun | None = None
 ) -> CliInvocation:
-    """`mcp_config`: the bridge's config when `bridges_tools(request)`, else None.
+    """`tools_run`: the request's client tools when `bridges_tools(request)`, else None.
 
-    The CLI reads two stdin lines, then stdin closes and it answers that one request: an
-    `initialize` control request that sets the system prompt (so it is neither in the
-    process list nor capped by argv's size, and the command line is the same for every
-    system prompt), and the conversation as one user message. It reads them before it
-    does anything for the request, so the same invocation can be started ahead — but for
-    a bridged run, whose MCP config names a bridge of its own."""
+    The CLI reads its stdin lines, and answers the one request they make: an `initialize`
+    control request that sets the system prompt (so it is neither in the process list nor
+    capped by argv's size, and the command line is the same for every system prompt),
+    and the conversation as one user message. It reads them before it does anything for
+    the request, so the same invocation can be started ahead — with client tools too:
+    their MCP server (OLP's bridge) is one of the child's own, which lists no tools until
+    the request's are bound to it, and every tool of that server is allowed, whatever it
+    is called. A bridged run's user message waits for the CLI to have the tools
+    (`tools_gate`; `held_prompt()` gives it): its stdin stays open."""
     schema = output_schema(request)
-    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
-    # With a schema, `--json-schema` says it: no instruction in the system prompt.
-    flat = request if schema is None else replace(request, response_format=None)
-    prompt = serialise(flat, honoured=honoured)
-    system = prompt.system or DEFAULT_SYSTEM_PROMPT
+    system, conversation = _prompt(request)
     args: tuple[str, ...] = (*_FLAGS, "--model", request.model)
-    if schema is not None or mcp_config is not None:
+    if schema is not None or tools_run is not None:
         turns = args.index("--max-turns") + 1
         args = (*args[:turns], _CHECKED_TURNS, *args[turns + 1 :])
     if schema is not None:
         args = (*args, "--json-schema", orjson.dumps(schema, default=json_default).decode())
-    home_files: dict[str, bytes] = {}
-    if mcp_config is not None:
-        # `--allowedTools` takes several values: it goes last but for the prompt on stdin.
-        allowed = [TOOL_PREFIX + tool.name for tool in request.tools]
-        args = (*args, "--mcp-config", _MCP_CONFIG_ARG, "--allowedTools", *allowed)
-        home_files[MCP_CONFIG_FILE] = mcp_config
+    initialize = _initialize(system)
+    if tools_run is not None:
+        args = (*args, "--mcp-config", _MCP_CONFIG_ARG, "--allowedTools", _ALLOW_BRIDGE)
     return CliInvocation(
         args=args,
-        stdin=_stdin(system, prompt.prompt),
+        stdin=initialize + (STATUS_REQUEST if tools_run else _user(conversation)),
         env=_env(request, timeouts),
-        home_files=home_files,
         credentials=CREDENTIALS,
-        waits_for_prompt=mcp_config is None,
+        keep_stdin_open=tools_run is not None,
+        waits_for_prompt=True,
+        mcp_files=None if tools_run is None else mcp_files,
+        tools_run=tools_run,
     )
 
 
-def _stdin(system: str, conversation: str) -> bytes:
+def held_prompt(request: ChatRequest) -> bytes:
+    """A bridged run's user message, written once the CLI has the tools (`tools_gate`)."""
+    return _user(_prompt(request)[1])
+
+
+def _prompt(request: ChatRequest) -> tuple[str, str]:
+    """The system prompt and the conversation as the CLI is given them."""
+    honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
+    # With a schema, `--json-schema` says it: no instruction in the system prompt.
+    flat = request if output_schema(request) is None else replace(request, response_format=None)
+    prompt = serialise(flat, honoured=honoured)
+    return prompt.system or DEFAULT_SYSTEM_PROMPT, prompt.prompt
+
+
+def _initialize(system: str) -> bytes:
     initialize = {
         "type": "control_request",
         "request_id": _INIT_ID,
         "request": {"subtype": "initialize", "systemPrompt": system},
     }
+    return orjson.dumps(initialize) + b"\n"
+
+
+def _user(conversation: str) -> bytes:
     user = {
         "type": "user",
         "message": {"role": "user", "content": [{"type": "text", "text": conversation}]},
     }
-    return orjson.dumps(initialize) + b"\n" + orjson.dumps(user) + b"\n"
+    return orjson.dumps(user) + b"\n"
 
 
 def _env(request: ChatRequest, timeouts: Timeouts) -> dict[str, str]:
@@ -195,13 +219,27 @@ class ClaudeTranslator:
         schema: Mapping[str, Any] | None = None,
         tool_schemas: Mapping[str, Mapping[str, Any] | None] | None = None,
         on_retry: Callable[[int], None] | None = None,
+        held_prompt: bytes | None = None,
     ) -> None:
         """`tools`: client tools are bridged; `parallel_tool_calls=False`: answer only the
         model's first call of a turn (the CLI cannot forbid it several); `schema`: the
         answer is the CLI's structured output, checked against it (`output_schema`);
         `tool_schemas`: each bridged tool's parameters, which a turn's calls must match,
-        else `on_retry(calls)` and the next turn is read instead."""
+        else `on_retry(calls)` and the next turn is read instead; `held_prompt`: a bridged
+        run's user message, written by `reply()` once the CLI has the tools."""
         self.provider = provider
+        self._gate = (
+            None
+            if held_prompt is None
+            else ToolsGate(
+                provider,
+                MCP_SERVER,
+                (tool_schemas or {}).keys(),
+                held_prompt,
+                prefix=TOOL_PREFIX,
+                now=now,
+            )
+        )
         self.command = command
         self.parser = ClaudeStreamParser(TOOL_PREFIX if tools else None)
         self._turns = ToolTurns(
@@ -222,6 +260,11 @@ class ClaudeTranslator:
     def answer_lines(self) -> int:
         return self.parser.answer_lines
 
+    def reply(self) -> bytes | None:
+        """The held user message of a bridged run once the CLI has the tools, or another
+        status request while it lacks them (`tools_gate`)."""
+        return None if self._gate is None else self._gate.reply()
+
     def feed(self, line: bytes) -> list[Event]:
         doc = _decode(line)
         if doc is None:
@@ -229,6 +272,8 @@ class ClaudeTranslator:
                 self.unparsable += 1
                 log.debug("cli_unparsable_line", provider=self.provider, line=line[:200])
             return []
+        if self._gate is not None:
+            self._gate.feed(doc)
         before = self.parser.rate_limit
         events = self.parser.feed(doc)
         if self._schema is not None:

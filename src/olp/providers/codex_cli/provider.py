@@ -77,8 +77,7 @@ class CodexCliProvider(CliProvider):
         turn = AppServerTurn(self.name, request.model, cli.prompt, images, tools, schema)
         # Never Codex's own coding-agent instructions: the request's, or a neutral one.
         system = cli.system or DEFAULT_SYSTEM_PROMPT
-        mcp_url = None if run is None else run.url
-        async with self._runner.spawn(self._invocation(request, system, turn, mcp_url)) as proc:
+        async with self._runner.spawn(self._invocation(request, system, turn, run)) as proc:
             try:
                 async for line in proc.lines():
                     events, reply = turn.feed(line)
@@ -99,29 +98,36 @@ class CodexCliProvider(CliProvider):
                     self._quota = turn.quota
 
     def _invocation(
-        self, request: ChatRequest, system: str, turn: AppServerTurn, mcp_url: str | None
+        self, request: ChatRequest, system: str, turn: AppServerTurn, run: BridgedRun | None
     ) -> CliInvocation:
-        """`mcp_url`: the bridge serving the request's tools to this run, or None."""
-        config = translate.config_toml(
-            request.model,
-            upstream=self._upstream,
-            has_system=bool(system),
-            idle_timeout_ms=self._config.timeouts.idle_ms,
-            reasoning_effort=translate.reasoning_effort(request.extra),
-            mcp_url=mcp_url,
-        )
+        """`run`: the request's client tools when they are bridged, or None."""
+
+        def files(mcp_url: str | None) -> dict[str, bytes]:
+            """The home files; `mcp_url`: the bridge endpoint serving the tools."""
+            config = translate.config_toml(
+                request.model,
+                upstream=self._upstream,
+                has_system=bool(system),
+                idle_timeout_ms=self._config.timeouts.idle_ms,
+                reasoning_effort=translate.reasoning_effort(request.extra),
+                mcp_url=mcp_url,
+            )
+            return translate.home_files(config, system or None, tools=mcp_url is not None)
+
         credentials = () if self._upstream else ((translate.AUTH_FILE, translate.AUTH_FILE),)
         return CliInvocation(
             args=translate.argv(),
             stdin=turn.opening(),
             keep_stdin_open=True,
             env={"NO_COLOR": "1", "RUST_LOG": "warn"},
-            home_files=translate.home_files(config, system or None, tools=mcp_url is not None),
+            home_files=files(None) if run is None else {},
             credentials=credentials,
             # The server reads nothing of the request before its JSON-RPC opening: it can
             # be started ahead (off by default: `warm` 0, see docs/providers.md); but not
-            # a bridged run, whose MCP server is its own.
-            waits_for_prompt=mcp_url is None,
+            # a bridged run (codex is not known to list an MCP server's tools again).
+            waits_for_prompt=run is None,
+            mcp_files=None if run is None else files,
+            tools_run=run,
         )
 
     async def health(self) -> ProviderHealth:

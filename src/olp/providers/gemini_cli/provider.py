@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
+from functools import partial
 from typing import TYPE_CHECKING
 
 from olp.config.model import ProviderConfig
@@ -51,7 +52,9 @@ class GeminiCliProvider(CliProvider):
             args=translate.argv(request.model),
             stdin=cli.prompt.encode(),
             env=translate.child_env(system),
-            home_files=translate.home_files(self._auth, system, run.url if run else None),
+            home_files=translate.home_files(self._auth, system),
+            mcp_files=None if run is None else partial(translate.settings_files, self._auth),
+            tools_run=run,
             credentials=tuple((f, f) for f in translate.CREDENTIAL_FILES)
             if self._auth == "oauth-personal"
             else (),

@@ -110,12 +110,18 @@ def settings(auth: str, mcp_url: str | None = None) -> dict[str, Any]:
     }
 
 
-def home_files(auth: str, system: str, mcp_url: str | None = None) -> dict[str, bytes]:
-    document = settings(auth, mcp_url)
-    files = {SETTINGS_FILE: orjson.dumps(document, option=orjson.OPT_INDENT_2)}
+def home_files(auth: str, system: str) -> dict[str, bytes]:
+    """The run's settings (no MCP server) and its system prompt."""
+    files = settings_files(auth)
     if system:
         files[SYSTEM_FILE] = system.encode()
     return files
+
+
+def settings_files(auth: str, mcp_url: str | None = None) -> dict[str, bytes]:
+    """The run's settings file; `mcp_url`: the MCP bridge endpoint of a bridged run."""
+    document = settings(auth, mcp_url)
+    return {SETTINGS_FILE: orjson.dumps(document, option=orjson.OPT_INDENT_2)}
 
 
 def child_env(system: str) -> dict[str, str]:

@@ -40,7 +40,7 @@ class QwenCliProvider(CliProvider):
             request,
             self._config.env,
             session_id=str(uuid.uuid4()),
-            mcp_url=None if run is None else run.url,
+            tools_run=run,
         )
         translator = translate.QwenTranslator(
             self.name,

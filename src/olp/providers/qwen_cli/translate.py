@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -31,6 +31,9 @@ from olp.providers._json_schema import invalid_tool_call
 from olp.providers._prompt import COMMON_CLI_DROPS, DEFAULT_SYSTEM_PROMPT, serialise
 from olp.providers._reset_time import parse_reset
 from olp.providers._subprocess import CliInvocation
+
+if TYPE_CHECKING:
+    from olp.providers._mcp_bridge import BridgedRun
 
 __all__ = [
     "API_ERROR",
@@ -152,14 +155,19 @@ def run_settings(mcp_url: str | None) -> bytes:
     return orjson.dumps(settings)
 
 
+def mcp_files(url: str) -> dict[str, bytes]:
+    """The run's settings naming the MCP bridge endpoint at `url`."""
+    return {_SETTINGS_FILE: run_settings(url)}
+
+
 def build_invocation(
     request: ChatRequest,
     env: Mapping[str, str],
     *,
     session_id: str,
-    mcp_url: str | None = None,
+    tools_run: BridgedRun | None = None,
 ) -> CliInvocation:
-    """`mcp_url`: the MCP bridge's, when `bridges_tools(request)`, else None.
+    """`tools_run`: the request's client tools when `bridges_tools(request)`, else None.
 
     The prompt goes on stdin with no positional prompt: Qwen Code reads a piped stdin as
     the prompt (a positional one would be visible in the process list).
@@ -174,7 +182,7 @@ def build_invocation(
     """
     honoured = HONOURED_WITH_TOOLS if request.tools else HONOURED
     prompt = serialise(request, honoured=honoured)
-    turns = _TURNS if mcp_url is None else _BRIDGED_TURNS
+    turns = _TURNS if tools_run is None else _BRIDGED_TURNS
     args = [*_FLAGS, "--max-session-turns", turns]
     args += ["--auth-type", auth_type(env), "-m", request.model, "--session-id", session_id]
     args += ["--system-prompt", prompt.system or DEFAULT_SYSTEM_PROMPT]
@@ -187,7 +195,9 @@ def build_invocation(
         args=tuple(args),
         stdin=prompt.prompt.encode(),
         env=child_env,
-        home_files={_SETTINGS_FILE: run_settings(mcp_url)},
+        home_files={_SETTINGS_FILE: run_settings(None)},
+        mcp_files=None if tools_run is None else mcp_files,
+        tools_run=tools_run,
         # Qwen Code loads the first `.env` it finds from its working directory up to `/`
         # (for variables not set already): an empty one here ends that search.
         work_files={".env": b""},
