@@ -210,18 +210,18 @@ class Bench:
         finally:
             conn.close()
 
-    def settle(self, seconds: float) -> None:
-        """Until olp-warm2 has its processes started and every CLI waiting for a prompt
+    def settle(self, seconds: float, pool: str = "olp-warm2") -> None:
+        """Until olp `pool` has its processes started and every CLI waiting for a prompt
         (the pool's, `direct-warm`'s) has stopped using the CPU, then `seconds` more."""
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            warm = self.warm_stats("olp-warm2")
+            warm = self.warm_stats(pool)
             if warm is None or warm["hits"] + warm["misses"] == 0:
                 break  # not asked yet: nothing started
             if warm["waiting"] >= warm["size"]:
                 break
             time.sleep(0.2)
-        waiting = self.children("olp-warm2")
+        waiting = self.children(pool)
         if self._waiting is not None:
             waiting.append(self._waiting.proc.pid)
         _until_idle(waiting, deadline)

@@ -27,6 +27,11 @@ set through the provider's `env` config:
                         the capture's lines up to its response `{"id": n}`; the last
                         request gets the rest. Recorded once the last request came in.
 
+Run with `--input-format stream-json` (Claude Code), stdin is read line by line up to the
+first user message, as the real CLI does: its control requests are answered first, in
+the real CLI's shapes (`initialize`: success; `mcp_status`: each MCP server of the
+`--mcp-config` file `pending`, as in a CLI still connecting to it).
+
 A capture's `<name>.export.json` (Vibe's `--output-dir` export) is written to
 `<--output-dir>/export.json` when the CLI was given that flag.
 
@@ -61,12 +66,51 @@ def main() -> int:
         # Stdin stays open (a conversation): recorded when the last request came in.
         _PENDING_RECORD.update(name=name, scenario=scenario, grandchild=grandchild)
     else:
-        stdin = b"" if env.get("FAKE_CLI_JSONRPC") else sys.stdin.buffer.read()
+        stdin = b"" if env.get("FAKE_CLI_JSONRPC") else _read_stdin()
         _record(name, stdin, scenario, grandchild)
     mode = MODES.get(scenario)
     if mode is not None:
         return mode(fixtures)
     return _replay(fixtures, scenario)
+
+
+def _read_stdin() -> bytes:
+    if not _stream_json_input():
+        return sys.stdin.buffer.read()
+    received = bytearray()
+    for raw in iter(sys.stdin.buffer.readline, b""):
+        received += raw
+        message = _json(raw)
+        if message.get("type") == "user":
+            break
+        request = message.get("request")
+        if message.get("type") == "control_request" and isinstance(request, dict):
+            _emit([_control_response(str(message.get("request_id")), request) + b"\n"])
+    return bytes(received)
+
+
+def _stream_json_input() -> bool:
+    argv = sys.argv[1:]
+    return any(a == "--input-format" and b == "stream-json" for a, b in zip(argv, argv[1:]))
+
+
+def _control_response(request_id: str, request: dict[str, object]) -> bytes:
+    answer: dict[str, object] = {}
+    if request.get("subtype") == "mcp_status":
+        servers = [{"name": name, "status": "pending", "scope": "dynamic"} for name in _mcp()]
+        answer = {"mcpServers": servers}
+    response = {"subtype": "success", "request_id": request_id, "response": answer}
+    return json.dumps({"type": "control_response", "response": response}).encode()
+
+
+def _mcp() -> list[str]:
+    """The MCP servers named in the `--mcp-config` file (relative to the cwd)."""
+    argv = sys.argv[1:]
+    path = next((b for a, b in zip(argv, argv[1:]) if a == "--mcp-config"), None)
+    if path is None:
+        return []
+    servers = json.loads(Path(path).read_text()).get("mcpServers", {})
+    return list(servers)
 
 
 # -- recording -------------------------------------------------------------------------

@@ -151,6 +151,8 @@ class CliRunner:
         self.install_hint = install_hint
         self.kill_grace_s = kill_grace_s
         self._bridge = bridge
+        # Set by `retire()`: a child started ahead stops waiting to connect to its bridge.
+        self._retired = asyncio.Event()
         self._slots = Slots(config.max_concurrent or DEFAULT_MAX_CONCURRENT, queue_size)
         self._live: set[CliProcess] = set()
         self._closed = False
@@ -218,6 +220,7 @@ class CliRunner:
 
     async def retire(self) -> None:
         """Stop the waiting processes and start no more; running children go on."""
+        self._retired.set()
         if self._pool is not None:
             await self._pool.aclose()
 
@@ -348,16 +351,20 @@ class CliRunner:
 
     async def _wait_connected(self, child: WarmChild) -> None:
         """Until a child started ahead has listed its endpoint's tools (none yet): only
-        then can it be told of the request's. Stops it if it exits or takes too long."""
+        then can it be told of the request's. Stops it if it exits or takes too long;
+        returns at once when the runner retires (the closed pool stops the child)."""
         assert child.endpoint is not None
-        listed = asyncio.ensure_future(child.endpoint.listed.wait())
-        exited = asyncio.ensure_future(child.process.exited_within(_CONNECT_S))
+        waits = {
+            asyncio.ensure_future(child.endpoint.listed.wait()),
+            asyncio.ensure_future(child.process.exited_within(_CONNECT_S)),
+            asyncio.ensure_future(self._retired.wait()),
+        }
         try:
-            await asyncio.wait({listed, exited}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            listed.cancel()
-            exited.cancel()
-        if child.endpoint.listed.is_set():
+            for wait in waits:
+                wait.cancel()
+        if child.endpoint.listed.is_set() or self._retired.is_set():
             return
         await self._stop_waiting(child)
         raise ProviderError(
