@@ -159,7 +159,7 @@ def render(results: Results, claude: str, rounds: int, settle_s: float) -> str:
     lines = [
         "## CLI: client tools through the MCP bridge (`python -m bench.cli_tools`)",
         "",
-        f"claude CLI `{claude}`; `olp start` with `\"warm\": 2` (warm) and `\"warm\": 0` "
+        f'claude CLI `{claude}`; `olp start` with `"warm": 2` (warm) and `"warm": 0` '
         f"(cold); {rounds} rounds, {settle_s:g} s settle; {os.cpu_count()} cores, load "
         f"average {load} (1 min, start → end); fake upstream on 127.0.0.1 (answers with "
         "text; it saw the tool in the requests with tools only).",

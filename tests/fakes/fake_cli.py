@@ -40,6 +40,7 @@ Standard library only: it runs under whatever `python3` the child's PATH finds.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -90,8 +91,12 @@ def _read_stdin() -> bytes:
 
 
 def _stream_json_input() -> bool:
-    argv = sys.argv[1:]
-    return any(a == "--input-format" and b == "stream-json" for a, b in zip(argv, argv[1:]))
+    return _flag("--input-format") == "stream-json"
+
+
+def _flag(name: str) -> str | None:
+    """The value given to the flag `name` on the command line, if any."""
+    return next((value for flag, value in itertools.pairwise(sys.argv[1:]) if flag == name), None)
 
 
 def _control_response(request_id: str, request: dict[str, object]) -> bytes:
@@ -105,8 +110,7 @@ def _control_response(request_id: str, request: dict[str, object]) -> bytes:
 
 def _mcp() -> list[str]:
     """The MCP servers named in the `--mcp-config` file (relative to the cwd)."""
-    argv = sys.argv[1:]
-    path = next((b for a, b in zip(argv, argv[1:]) if a == "--mcp-config"), None)
+    path = _flag("--mcp-config")
     if path is None:
         return []
     servers = json.loads(Path(path).read_text()).get("mcpServers", {})
