@@ -22,6 +22,8 @@ import pytest
 from olp.config import load_config
 from olp.config.model import ProviderConfig
 from olp.errors import Failure, ProviderError
+from olp.ir import Tool
+from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 from olp.providers._subprocess import CliInvocation, CliRunner
 
 PY_BIN = str(Path(sys.executable).parent)
@@ -340,6 +342,8 @@ def test_a_spawn_on_a_closed_runner_fails_and_starts_nothing(make_config: Any) -
 _KILLED_PARENT = """
 import asyncio, sys
 from olp.config import load_config
+from olp.ir import Tool
+from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 from olp.providers._subprocess import CliInvocation, CliRunner
 
 async def main():
@@ -376,3 +380,107 @@ def test_a_child_dies_with_olp_even_by_sigkill(make_config: Any, loop: str) -> N
         parent.wait()
         if parent.stdout is not None:
             parent.stdout.close()
+
+
+# A CLI that takes client tools over MCP as Claude Code does, with the official `mcp`
+# client: it connects to the endpoint its MCP config names as soon as it starts, lists the
+# tools, lists them again when told they changed (unless IGNORE_CHANGES is set), and once
+# it has its prompt (and any list asked for meanwhile) says each list it got and the
+# prompt. (The runner writes the prompt once the bridge has answered the new list; the
+# client may read that answer a moment later.)
+MCP_CHILD = """#!/usr/bin/env python3
+import asyncio, json, os, sys
+import mcp.types as types
+from mcp import Client
+
+async def main():
+    url = open(os.path.join(os.environ["HOME"], "mcp-url")).read()
+    listed, clients, tasks = [], [], set()
+
+    async def relist():
+        listed.append([tool.name for tool in (await clients[0].list_tools()).tools])
+
+    async def on_message(message):
+        if isinstance(message, types.ToolListChangedNotification) and not IGNORE_CHANGES:
+            tasks.add(asyncio.create_task(relist()))
+
+    async with Client(url, mode="legacy", message_handler=on_message) as client:
+        clients.append(client)
+        await relist()
+        prompt = await asyncio.to_thread(sys.stdin.buffer.read)
+        await asyncio.gather(*tasks)
+        print(json.dumps({"pid": os.getpid(), "listed": listed, "stdin": prompt.decode()}),
+              flush=True)
+
+asyncio.run(main())
+"""
+
+
+def mcp_url_file(url: str) -> dict[str, bytes]:
+    return {"mcp-url": url.encode()}
+
+
+def with_tools(prompt: str, *names: str) -> CliInvocation:
+    return CliInvocation(
+        args=("--tools",),
+        stdin=prompt.encode(),
+        waits_for_prompt=True,
+        mcp_files=mcp_url_file,
+        tools_run=BridgedRun([Tool(name) for name in names]),
+    )
+
+
+def bridged_runner(config: ProviderConfig) -> tuple[CliRunner, ToolBridge]:
+    bridge = ToolBridge("cli")
+
+    async def get_bridge() -> ToolBridge:
+        return bridge
+
+    return make_runner(config, warm=1, bridge=get_bridge), bridge
+
+
+def test_a_process_started_ahead_takes_the_tools_of_the_request_it_serves(
+    make_config: Any, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner, bridge = bridged_runner(make_config(MCP_CHILD.replace("IGNORE_CHANGES", "0")))
+        try:
+            cold = await ask(runner, with_tools("one", "get_weather"))
+            assert cold["listed"] == [["get_weather"]]  # bound before it started
+            # The one started ahead connects and lists no tools before it is counted waiting.
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1, 30)
+            warm = await ask(runner, with_tools("two", "get_time", "get_date"))
+            # Told of the request's tools, it listed them again before its prompt came.
+            assert warm["listed"] == [[], ["get_time", "get_date"]]
+            assert warm["stdin"] == "two"
+            assert runner.warm is not None
+            assert (runner.warm.hits, runner.warm.misses) == (1, 1)
+        finally:
+            await runner.aclose()
+            await bridge.aclose()
+        assert waiting_pids(tmp_path / "boxes") == set()
+
+    asyncio.run(main())
+
+
+def test_a_process_started_ahead_that_does_not_take_the_tools_gives_way_to_a_cold_one(
+    make_config: Any, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner, bridge = bridged_runner(make_config(MCP_CHILD.replace("IGNORE_CHANGES", "1")))
+        try:
+            await ask(runner, with_tools("one", "get_weather"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1, 30)
+            [ahead] = waiting_pids(tmp_path / "boxes")
+            answer = await ask(runner, with_tools("two", "get_time"))
+            assert answer["pid"] != ahead  # stopped, once it did not list them again
+            assert answer["listed"] == [["get_time"]]
+            assert not alive(ahead)
+            assert runner.warm is not None
+            assert (runner.warm.hits, runner.warm.misses) == (0, 2)
+        finally:
+            await runner.aclose()
+            await bridge.aclose()
+        assert waiting_pids(tmp_path / "boxes") == set()
+
+    asyncio.run(main())

@@ -287,6 +287,7 @@ class CliRunner:
         if await child.endpoint.bind(run):
             return child
         log.warning("cli_warm_unbound", provider=self.provider, pid=child.process.pid)
+        pool.count_as_miss()
         await self._stop_waiting(child)
         return None
 

@@ -118,6 +118,12 @@ class WarmPool(Generic[Invocation]):
         self.misses += 1
         return None
 
+    def count_as_miss(self) -> None:
+        """The process `take()` just gave could not serve after all (the runner found it
+        unable to take the request's tools): a miss, not a hit."""
+        self.hits -= 1
+        self.misses += 1
+
     def refill(self, key: Hashable, invocation: Invocation) -> None:
         """Start one process for `key`, making room if the pool is full, then more for
         it while the pool has room (never evicting for those)."""

@@ -16,8 +16,8 @@ prompt is held back; each status answer:
 - anything else (`failed`, no such server): the run ends with `SPAWN_FAILED`, and the
   request falls back; a CLI that does not know `mcp_status` gets the prompt.
 
-The CLI's `system/init` line then says which tools the model is given: one without the
-request's (Claude Code gave up waiting for the connection) ends the run the same way,
+The CLI's `system/init` line then says which tools the model is given: one with none of
+the bridge's (Claude Code gave up waiting for the connection) ends the run the same way,
 before the model has answered, so a request's tools are never silently dropped.
 """
 
@@ -108,10 +108,12 @@ class ToolsGate:
         self._reply = STATUS_REQUEST
 
     def _check_init(self, doc: Mapping[str, Any]) -> None:
-        given = {name for name in doc.get("tools") or () if isinstance(name, str)}
-        missing = sorted(name for name in self._tools if self._prefix + name not in given)
-        if missing:
-            raise self._failed(f"its model was not given {', '.join(missing)}")
+        # None of the bridge's tools at all is what a CLI that did not wait for them
+        # shows (a name the CLI may have shortened is not counted against it).
+        tools = doc.get("tools")
+        given = [t for t in tools or () if isinstance(t, str) and t.startswith(self._prefix)]
+        if self._tools and not given:
+            raise self._failed("its model was given none of them")
 
     def _failed(self, why: str) -> ProviderError:
         return ProviderError(
