@@ -112,6 +112,47 @@ def client(server: ThreadServer) -> openai.OpenAI:
     return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key=OWNER_TOKEN, max_retries=0)
 
 
+# -- client tools ----------------------------------------------------------------------
+
+WEATHER_AND_TIME = [
+    {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
+    for name in ("get_weather", "get_time")
+]
+
+
+def test_a_claude_without_the_tools_yet_is_asked_again_before_its_prompt(rig: Rig) -> None:
+    """A CLI whose status shows the bridge without the request's tools (one started ahead
+    that has not taken the changed list) gets its prompt only once they show."""
+    tools = {"FAKE_CLI_MCP_TOOLS": "get_weather,get_time", "FAKE_CLI_MCP_LATE": "3"}
+    with rig.server("claude", "tool_use_parallel_bridged", **tools) as olp:
+        answer = client(olp).chat.completions.create(
+            model="sonnet",
+            messages=[{"role": "user", "content": "Weather in Paris, and the time?"}],
+            tools=WEATHER_AND_TIME,  # type: ignore[arg-type]
+        )
+    calls = answer.choices[0].message.tool_calls or []
+    assert [call.function.name for call in calls] == ["get_weather", "get_time"]
+    [run] = rig.runs()
+    kinds = [
+        json.loads(line).get("request", {}).get("subtype")
+        for line in run["stdin"].split("\n")
+        if line
+    ]
+    # The status was asked four times: three without the tools, then with them.
+    assert kinds == ["initialize", "mcp_status", "mcp_status", "mcp_status", "mcp_status", None]
+
+
+def test_a_claude_whose_bridge_failed_falls_back_before_its_prompt(rig: Rig) -> None:
+    with rig.server("claude", "tool_use_parallel_bridged", FAKE_CLI_MCP_TOOLS="failed") as olp:
+        resp = post(olp, tools=WEATHER_AND_TIME)
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["choices"][0]["message"]["content"] == DEFAULT_TEXT  # the next hop's
+    [hop] = [h for h in detail(resp) if h["provider"] == "cli"]
+    assert hop["code"] == "SPAWN_FAILED"
+    assert "OLP's MCP bridge: its MCP status for the bridge is failed" in hop["message"]
+    assert rig.runs() == []  # the fake records once it read its prompt: it never had it
+
+
 # -- success -------------------------------------------------------------------------
 
 

@@ -30,7 +30,12 @@ set through the provider's `env` config:
 Run with `--input-format stream-json` (Claude Code), stdin is read line by line up to the
 first user message, as the real CLI does: its control requests are answered first, in
 the real CLI's shapes (`initialize`: success; `mcp_status`: each MCP server of the
-`--mcp-config` file `pending`, as in a CLI still connecting to it).
+`--mcp-config` file `pending`, as in a CLI still connecting to it). With
+
+    FAKE_CLI_MCP_TOOLS  comma-separated tool names: `mcp_status` says each server
+                        `connected`, listing no tools for the first FAKE_CLI_MCP_LATE
+                        answers (default 1), as a CLI started ahead that has not taken
+                        the changed list yet, then these tools; or `failed`
 
 A capture's `<name>.export.json` (Vibe's `--output-dir` export) is written to
 `<--output-dir>/export.json` when the CLI was given that flag.
@@ -102,10 +107,24 @@ def _flag(name: str) -> str | None:
 def _control_response(request_id: str, request: dict[str, object]) -> bytes:
     answer: dict[str, object] = {}
     if request.get("subtype") == "mcp_status":
-        servers = [{"name": name, "status": "pending", "scope": "dynamic"} for name in _mcp()]
-        answer = {"mcpServers": servers}
+        answer = {"mcpServers": [_mcp_status(name) for name in _mcp()]}
     response = {"subtype": "success", "request_id": request_id, "response": answer}
     return json.dumps({"type": "control_response", "response": response}).encode()
+
+
+_STATUS_ASKED = [0]
+
+
+def _mcp_status(name: str) -> dict[str, object]:
+    tools = os.environ.get("FAKE_CLI_MCP_TOOLS")
+    if tools is None:
+        return {"name": name, "status": "pending", "scope": "dynamic"}
+    if tools == "failed":
+        return {"name": name, "status": "failed", "scope": "dynamic"}
+    _STATUS_ASKED[0] += 1
+    late = _STATUS_ASKED[0] <= int(os.environ.get("FAKE_CLI_MCP_LATE") or 1)
+    listed = [] if late else [{"name": t, "annotations": {}} for t in tools.split(",")]
+    return {"name": name, "status": "connected", "scope": "dynamic", "tools": listed}
 
 
 def _mcp() -> list[str]:

@@ -42,15 +42,16 @@ def with_bridge(test: Callable[[ToolBridge], Awaitable[None]]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def serving(bridge: ToolBridge, tools: Sequence[Tool]) -> AsyncIterator[BridgedRun]:
-    """A run of `tools` bound to a new endpoint, as the CLI runner does for a cold start;
-    the endpoint's URL is `run.url` here."""
+async def serving(
+    bridge: ToolBridge, tools: Sequence[Tool]
+) -> AsyncIterator[tuple[BridgedRun, str]]:
+    """A run of `tools` bound to a new endpoint, as the CLI runner does for a cold start,
+    and the endpoint's URL."""
     endpoint = await bridge.open()
     run = BridgedRun(tools)
     assert await endpoint.bind(run)  # nothing connected yet: at once
-    run.url = endpoint.url  # type: ignore[attr-defined]
     try:
-        yield run
+        yield run, endpoint.url
     finally:
         run.end()
         endpoint.close()
@@ -65,7 +66,7 @@ def test_lists_exactly_the_requests_tools() -> None:
 
 
 async def _lists_exactly_the_requests_tools(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER, CLOCK]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER, CLOCK]) as (_, url), Client(url) as client:
         listed = (await client.list_tools()).tools
     assert [(t.name, t.description) for t in listed] == [
         ("get_weather", "The weather in a city now."),
@@ -80,7 +81,7 @@ def test_a_call_is_held_until_the_run_ends_and_never_run() -> None:
 
 
 async def _a_call_is_held_until_the_run_ends_and_never_run(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as (run, url), Client(url) as client:
         call = asyncio.create_task(client.call_tool("get_weather", {"city": "Paris"}))
         await asyncio.sleep(0.5)
         assert not call.done()  # held: the CLI cannot go on to another turn
@@ -96,7 +97,7 @@ def test_arguments_off_the_schema_are_refused_at_once() -> None:
 
 
 async def _arguments_off_the_schema_are_refused_at_once(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as (_, url), Client(url) as client:
         result = await asyncio.wait_for(client.call_tool("get_weather", {"city": 75}), 5)
     assert result.is_error
     assert text_of(result).startswith(
@@ -109,7 +110,7 @@ def test_a_retried_turn_lets_its_held_and_late_calls_go() -> None:
 
 
 async def _a_retried_turn_lets_its_held_and_late_calls_go(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER, CLOCK]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER, CLOCK]) as (run, url), Client(url) as client:
         held = asyncio.create_task(client.call_tool("get_weather", {"city": "Paris"}))
         await asyncio.sleep(0.5)
         assert run.calls == ["get_weather"]
@@ -130,7 +131,7 @@ def test_after_the_last_retry_an_invalid_call_is_held_too() -> None:
 
 
 async def _after_the_last_retry_an_invalid_call_is_held_too(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER]) as run, Client(run.url) as client:
+    async with serving(bridge, [WEATHER]) as (run, url), Client(url) as client:
         first = await asyncio.wait_for(client.call_tool("get_weather", {"city": 75}), 5)
         run.retry_turn(1, last=True)
         again = asyncio.create_task(client.call_tool("get_weather", {"city": 75}))
@@ -143,13 +144,14 @@ async def _after_the_last_retry_an_invalid_call_is_held_too(bridge: ToolBridge) 
     assert "OLP does not run tools" in text_of(result)
 
 
-def test_only_the_runs_secret_path_answers_and_only_while_it_runs() -> None:
-    with_bridge(_only_the_runs_secret_path_answers_and_only_while_it_runs)
+def test_only_the_endpoints_secret_path_answers_and_only_until_it_closes() -> None:
+    with_bridge(_only_the_endpoints_secret_path_answers_and_only_until_it_closes)
 
 
-async def _only_the_runs_secret_path_answers_and_only_while_it_runs(bridge: ToolBridge) -> None:
-    async with serving(bridge, [WEATHER]) as run:
-        url: str = run.url  # type: ignore[attr-defined]
+async def _only_the_endpoints_secret_path_answers_and_only_until_it_closes(
+    bridge: ToolBridge,
+) -> None:
+    async with serving(bridge, [WEATHER]) as (_, url):
         base, secret, _ = url.rsplit("/", 2)
         async with httpx.AsyncClient() as http:
             other = "y" if secret.endswith("x") else "x"  # (a secret may end in "x")
@@ -180,6 +182,9 @@ async def _a_client_connected_ahead_lists_the_requests_tools_once_bound(
 
     try:
         async with relisting_client(endpoint, relist) as client:
+            # Told that the list can change: only then is a client bound to listen.
+            tools = client.server_capabilities.tools
+            assert tools is not None and tools.list_changed is True
             await relist(client)  # what a CLI started ahead does once connected
             assert listings == [[]]
             run = BridgedRun([WEATHER, CLOCK])

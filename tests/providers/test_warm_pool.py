@@ -243,6 +243,39 @@ def test_a_full_pool_makes_room_for_a_key_asked_for_again(make_config: Any, tmp_
     asyncio.run(main())
 
 
+def test_two_kinds_of_requests_taking_turns_leave_the_waiting_one_in_place(
+    make_config: Any, tmp_path: Path
+) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=1)
+        boxes = tmp_path / "boxes"
+        try:
+            await ask(runner, poolable("a1", key="a"))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            for turn in range(3):
+                [a] = waiting_pids(boxes)
+                await ask(runner, poolable(f"b{turn}", key="b"))  # a miss: a's stays
+                await asyncio.sleep(0.2)
+                assert waiting_pids(boxes) == {a}
+                assert (await ask(runner, poolable(f"a{turn}", key="a")))["pid"] == a
+                await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            assert runner.warm is not None
+            assert (runner.warm.hits, runner.warm.misses) == (3, 4)
+            # b asked more often than a lately: b's process replaces a's.
+            [a] = waiting_pids(boxes)
+            await ask(runner, poolable("b3", key="b"))
+            await ask(runner, poolable("b4", key="b"))
+            await until(lambda: not alive(a))
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 1)
+            [b] = waiting_pids(boxes)
+            assert (await ask(runner, poolable("b5", key="b")))["pid"] == b
+        finally:
+            await runner.aclose()
+        assert waiting_pids(boxes) == set()
+
+    asyncio.run(main())
+
+
 def test_changed_credentials_retire_a_waiting_process(
     make_config: Any, owner_home: Path, tmp_path: Path
 ) -> None:
@@ -342,8 +375,6 @@ def test_a_spawn_on_a_closed_runner_fails_and_starts_nothing(make_config: Any) -
 _KILLED_PARENT = """
 import asyncio, sys
 from olp.config import load_config
-from olp.ir import Tool
-from olp.providers._mcp_bridge import BridgedRun, ToolBridge
 from olp.providers._subprocess import CliInvocation, CliRunner
 
 async def main():

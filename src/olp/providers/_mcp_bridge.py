@@ -22,7 +22,8 @@ pool):
   has listed the run's tools again, so that it has them before it reads its prompt.
 - The bridge never runs a tool. The provider reads the model's tool calls off the CLI's
   own output, answers the client with them and ends the child; a call that reaches the
-  bridge meanwhile is held until the run ends, so the CLI cannot move on to another turn.
+  bridge meanwhile is held, unanswered, until the child has ended (or, if the endpoint
+  outlives it, until the run ends), so the CLI cannot move on to another turn.
 - `called` is set when a call of the model's current turn reaches the bridge: for a CLI
   that calls tools only once the model's turn is over (gemini), the turn's calls are then
   all on its output.
@@ -40,12 +41,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import socket
 from collections.abc import Collection, Iterator, Sequence
 from typing import Any
 
-import anyio
 import mcp.types as mcp_types
 import uvicorn
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -71,6 +72,7 @@ _RETRY = "Invalid arguments for {name}: {problem}. Call it again with arguments 
 _LET_GO = "Not run: another call of this turn had invalid arguments. Make the calls again."
 _NO_REQUEST = "Not run: no request is being answered yet."
 _STARTUP_S = 5.0
+_SDK_DISPATCHER_LOG = "mcp.shared.jsonrpc_dispatcher"
 # How long `bind()` waits for a CLI started ahead to list the tools again (loopback: a
 # few milliseconds; one that takes this long is not used).
 _RELIST_S = 2.0
@@ -164,6 +166,8 @@ class Endpoint:
         # Set each time the CLI lists the tools (it has connected).
         self.listed = asyncio.Event()
         self._listings = 0
+        # The run whose tools the latest listing gave (None: none was bound yet).
+        self._listed_run: BridgedRun | None = None
         self._session: ServerSession | None = None
         server = _ToolsServer(
             _SERVER_NAME, on_list_tools=self._list_tools, on_call_tool=self._call_tool
@@ -191,9 +195,10 @@ class Endpoint:
         self.listed.clear()
         try:
             async with asyncio.timeout(timeout_s):
+                # (A session whose client is gone drops it: then nothing is listed.)
                 await session.send_tool_list_changed()
                 await self.listed.wait()
-        except (TimeoutError, anyio.ClosedResourceError, anyio.BrokenResourceError):
+        except TimeoutError:
             return False
         return True
 
@@ -217,7 +222,7 @@ class Endpoint:
             # CLI that made it is gone. Anything else is a real cancellation.
             if not self.closed.is_set():
                 raise
-        if self._listings != listings:
+        if self._listings != listings and self._listed_run is self.run:
             self.listed.set()  # the list is sent: the CLI has it before its prompt
 
     async def _list_tools(
@@ -225,6 +230,7 @@ class Endpoint:
     ) -> mcp_types.ListToolsResult:
         self._session = ctx.session
         self._listings += 1
+        self._listed_run = self.run
         tools = [] if self.run is None else self.run.tools
         return mcp_types.ListToolsResult(tools=tools)
 
@@ -254,10 +260,25 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
+class _EndedChildsCalls(logging.Filter):
+    """Drops the SDK's warning for a held call whose CLI was ended first: every run that
+    answers with tool calls ends so (module docstring), nothing is wrong."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "gave up: transport write blocked" not in record.getMessage()
+
+
+def _quiet_ended_childs_calls() -> None:
+    sdk = logging.getLogger(_SDK_DISPATCHER_LOG)
+    if not any(isinstance(f, _EndedChildsCalls) for f in sdk.filters):
+        sdk.addFilter(_EndedChildsCalls())
+
+
 class ToolBridge:
     """Serves each child's endpoint on one loopback listener; see the module docstring."""
 
     def __init__(self, provider: str) -> None:
+        _quiet_ended_childs_calls()
         self._provider = provider
         self._endpoints: dict[str, Endpoint] = {}
         self._hosts: set[asyncio.Task[None]] = set()
@@ -286,9 +307,11 @@ class ToolBridge:
         try:
             async with asyncio.timeout(_STARTUP_S):
                 await endpoint.ready.wait()
-        except TimeoutError as exc:
+        except BaseException as exc:  # a cancelled request too: nothing is left open
             endpoint.close()
-            raise self._failed("its MCP session manager did not start") from exc
+            if isinstance(exc, TimeoutError):
+                raise self._failed("its MCP session manager did not start") from exc
+            raise
         return endpoint
 
     async def aclose(self) -> None:

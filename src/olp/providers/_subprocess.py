@@ -284,11 +284,16 @@ class CliRunner:
         run = invocation.tools_run
         if child is None or child.endpoint is None or run is None:
             return child
-        if await child.endpoint.bind(run):
+        try:
+            bound = await child.endpoint.bind(run)
+        except BaseException:  # the request was cancelled: the child is nobody's now
+            pool.discard(child)
+            raise
+        if bound:
             return child
         log.warning("cli_warm_unbound", provider=self.provider, pid=child.process.pid)
         pool.count_as_miss()
-        await self._stop_waiting(child)
+        pool.discard(child)
         return None
 
     async def _open_endpoint(self, invocation: CliInvocation) -> Endpoint | None:
@@ -368,10 +373,16 @@ class CliRunner:
         if child.endpoint.listed.is_set() or self._retired.is_set():
             return
         await self._stop_waiting(child)
+        status = child.process.returncode
+        why = (
+            f"did not connect to OLP's MCP bridge within {_CONNECT_S:g}s"
+            if status is None
+            else f"exited (status {status}) before it connected to OLP's MCP bridge"
+        )
         raise ProviderError(
             Failure.SPAWN_FAILED,
-            f"{self.provider} started ahead did not connect to OLP's MCP bridge within "
-            f"{_CONNECT_S:g}s: {child.process.stderr_tail()[-300:]}",
+            f"{self.provider} started ahead for client tools {why} (is 127.0.0.1 in the "
+            f"NO_PROXY of its env?): {child.process.stderr_tail()[-300:]}",
             provider=self.provider,
         )
 

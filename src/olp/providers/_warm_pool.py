@@ -10,9 +10,12 @@ a `CliRunner` and holds at most `size` waiting processes across all invocation k
   serves one request and then ends — never reused, so no request sees another's context;
 - `refill(key, invocation)` starts a replacement for that key and fills whatever room is
   left with more of it: with one key in use, `size` processes wait. When the pool is full,
-  it makes room by stopping the waiting process of the least recently used other key — but
-  only for a key asked for before (among the last `_REMEMBERED` keys), so a one-off
-  request (an unusual `max_tokens`) does not push out the processes of the common one;
+  it makes room by stopping the waiting process of the least recently used other key —
+  but only one asked for less often than `key` among the last `_WINDOW` requests (and
+  `key` asked for at least twice). So a one-off request (an unusual `max_tokens`) does
+  not push out the processes of the common one, and two kinds of requests taking turns
+  (with client tools and without) do not stop each other's processes on every request:
+  the kind already waiting keeps its place until the other is asked for more often;
 - a process that waited `max_idle_s` is replaced by a fresh one (what a CLI read at start
   goes stale); one whose owner's credential files changed since it started is dropped when
   found (it may hold a token the CLI has since refreshed); one that exits while waiting is
@@ -23,7 +26,7 @@ a `CliRunner` and holds at most `size` waiting processes across all invocation k
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from collections.abc import Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
@@ -41,8 +44,8 @@ __all__ = ["DEFAULT_MAX_IDLE_S", "WarmChild", "WarmPool"]
 log = event_logger("olp.providers.cli")
 
 DEFAULT_MAX_IDLE_S = 600.0
-# Keys whose requests are counted (for the admission rule above).
-_REMEMBERED = 64
+# The requests whose keys are counted (for the admission rule above).
+_WINDOW = 16
 # What a process is started for (a `CliInvocation`; generic so this module stays below
 # the runner that owns it).
 Invocation = TypeVar("Invocation")
@@ -87,8 +90,8 @@ class WarmPool(Generic[Invocation]):
         # Least recently used key first.
         self._waiting: OrderedDict[Hashable, deque[WarmChild]] = OrderedDict()
         self._starting = 0
-        # Key -> requests seen, least recently asked first.
-        self._asked: OrderedDict[Hashable, int] = OrderedDict()
+        # The keys of the last `_WINDOW` requests.
+        self._recent: deque[Hashable] = deque(maxlen=_WINDOW)
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
 
@@ -118,6 +121,11 @@ class WarmPool(Generic[Invocation]):
         self.misses += 1
         return None
 
+    def discard(self, child: WarmChild) -> None:
+        """Stop a process `take()` gave that will not serve after all, in the background
+        (`aclose()` waits for it)."""
+        self._background(self._stop(child))
+
     def count_as_miss(self) -> None:
         """The process `take()` just gave could not serve after all (the runner found it
         unable to take the request's tools): a miss, not a hit."""
@@ -132,7 +140,7 @@ class WarmPool(Generic[Invocation]):
         if key in self._waiting:
             self._waiting.move_to_end(key)
         full = self.waiting + self._starting >= self.size
-        if full and (self._asked.get(key, 0) < 2 or not self._evict_other(key)):
+        if full and not self._evict_other(key):
             return
         while True:
             self._starting += 1
@@ -158,9 +166,7 @@ class WarmPool(Generic[Invocation]):
     # -- inside ------------------------------------------------------------------------
 
     def _remember(self, key: Hashable) -> None:
-        self._asked[key] = self._asked.pop(key, 0) + 1
-        if len(self._asked) > _REMEMBERED:
-            self._asked.popitem(last=False)
+        self._recent.append(key)
 
     def _add(self, key: Hashable, child: WarmChild) -> None:
         queue = self._waiting.get(key)
@@ -178,9 +184,13 @@ class WarmPool(Generic[Invocation]):
         return child
 
     def _evict_other(self, key: Hashable) -> bool:
-        """Stop the oldest waiting process of the least recently used other key."""
+        """Stop the oldest waiting process of the least recently used other key asked for
+        less often than `key` lately (module docstring)."""
+        asked = Counter(self._recent)
+        if asked[key] < 2:
+            return False
         for other, queue in self._waiting.items():
-            if other != key:
+            if other != key and asked[other] < asked[key]:
                 child = self._pop(other, queue)
                 if child.watcher is not None:
                     child.watcher.cancel()

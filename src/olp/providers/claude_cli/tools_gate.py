@@ -18,7 +18,7 @@ prompt is held back; each status answer:
 
 The CLI's `system/init` line then says which tools the model is given: one with none of
 the bridge's (Claude Code gave up waiting for the connection) ends the run the same way,
-before the model has answered, so a request's tools are never silently dropped.
+before the model has answered: a CLI that lost the bridge does not answer without it.
 """
 
 from __future__ import annotations
@@ -118,7 +118,10 @@ class ToolsGate:
     def _failed(self, why: str) -> ProviderError:
         return ProviderError(
             Failure.SPAWN_FAILED,
-            f"claude did not take the request's tools from OLP's MCP bridge: {why}",
+            f"claude did not take the request's tools from OLP's MCP bridge: {why} (it "
+            "must reach 127.0.0.1: check NO_PROXY in the provider's env; a claude that "
+            "does not take changed tools can run without processes started ahead: "
+            f"providers.{self._provider}.warm 0)",
             provider=self._provider,
         )
 

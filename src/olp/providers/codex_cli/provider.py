@@ -2,9 +2,10 @@
 
 One `codex app-server` process per request, spoken to over stdio (JSON-RPC): the
 handshake and the turn are driven by `events.AppServerTurn`; this module moves bytes,
-serves a request's tools over the MCP bridge for the run (`CliProvider._tool_bridge`),
-keeps the latest rate-limit snapshot for `quota()`, and checks health without calling a
-model (`codex --version`, `codex login status`).
+names the MCP bridge endpoint serving a request's tools in the run's `config.toml` (the
+runner opens it: `CliInvocation.mcp_files`), keeps the latest rate-limit snapshot for
+`quota()`, and checks health without calling a model (`codex --version`, `codex login
+status`).
 """
 
 from __future__ import annotations
