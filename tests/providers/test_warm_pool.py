@@ -276,6 +276,26 @@ def test_two_kinds_of_requests_taking_turns_leave_the_waiting_one_in_place(
     asyncio.run(main())
 
 
+def test_two_kinds_of_requests_share_a_pool_of_two(make_config: Any, tmp_path: Path) -> None:
+    async def main() -> None:
+        runner = make_runner(make_config(), warm=2)
+        try:
+            await ask(runner, poolable("a1", key="a"))  # a fills the pool
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 2)
+            await ask(runner, poolable("b1", key="b"))  # once: pushes nothing out
+            await ask(runner, poolable("a2", key="a"))
+            await ask(runner, poolable("b2", key="b"))  # again: one of a's two makes room
+            await until(lambda: runner.warm is not None and runner.warm.waiting == 2)
+            hits = runner.warm.hits if runner.warm else 0
+            await ask(runner, poolable("a3", key="a"))
+            await ask(runner, poolable("b3", key="b"))
+            assert runner.warm is not None and runner.warm.hits == hits + 2
+        finally:
+            await runner.aclose()
+
+    asyncio.run(main())
+
+
 def test_changed_credentials_retire_a_waiting_process(
     make_config: Any, owner_home: Path, tmp_path: Path
 ) -> None:

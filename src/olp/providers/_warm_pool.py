@@ -10,12 +10,13 @@ a `CliRunner` and holds at most `size` waiting processes across all invocation k
   serves one request and then ends — never reused, so no request sees another's context;
 - `refill(key, invocation)` starts a replacement for that key and fills whatever room is
   left with more of it: with one key in use, `size` processes wait. When the pool is full,
-  it makes room by stopping the waiting process of the least recently used other key —
-  but only one asked for less often than `key` among the last `_WINDOW` requests (and
-  `key` asked for at least twice). So a one-off request (an unusual `max_tokens`) does
-  not push out the processes of the common one, and two kinds of requests taking turns
-  (with client tools and without) do not stop each other's processes on every request:
-  the kind already waiting keeps its place until the other is asked for more often;
+  it makes room by stopping a waiting process of the least recently used other key that
+  has more than one waiting or was asked for less often than `key` among the last
+  `_WINDOW` requests (and only for a `key` asked for at least twice). So a one-off
+  request (an unusual `max_tokens`) does not push out the processes of the common one,
+  two kinds of requests taking turns (with client tools and without) share the pool,
+  and on a pool of one they do not stop each other's process on every request: the kind
+  waiting keeps its place until the other is asked for more often;
 - a process that waited `max_idle_s` is replaced by a fresh one (what a CLI read at start
   goes stale); one whose owner's credential files changed since it started is dropped when
   found (it may hold a token the CLI has since refreshed); one that exits while waiting is
@@ -184,13 +185,13 @@ class WarmPool(Generic[Invocation]):
         return child
 
     def _evict_other(self, key: Hashable) -> bool:
-        """Stop the oldest waiting process of the least recently used other key asked for
-        less often than `key` lately (module docstring)."""
+        """Stop the oldest waiting process of the least recently used other key with more
+        than one waiting or asked for less often than `key` lately (module docstring)."""
         asked = Counter(self._recent)
         if asked[key] < 2:
             return False
         for other, queue in self._waiting.items():
-            if other != key and asked[other] < asked[key]:
+            if other != key and (len(queue) > 1 or asked[other] < asked[key]):
                 child = self._pop(other, queue)
                 if child.watcher is not None:
                     child.watcher.cancel()
