@@ -21,7 +21,10 @@ from fakes.upstream import (
 )
 from olp_server import OWNER_TOKEN, ThreadServer, olp_server, sse_text
 
-TIMEOUTS = {"connect_ms": 500, "first_byte_ms": 400, "idle_ms": 400, "total_ms": 5000}
+# Short enough for the hanging-upstream cases to be quick, long enough for a fake upstream
+# in this process to answer while the rest of the suite loads both cores (at 400 ms, one
+# answered too late now and then: a 503 where a 429 was due).
+TIMEOUTS = {"connect_ms": 1000, "first_byte_ms": 1500, "idle_ms": 1500, "total_ms": 5000}
 
 
 def two_hop_config(alpha: FakeUpstream, beta: FakeUpstream | str, **extra: Any) -> dict[str, Any]:
@@ -305,7 +308,7 @@ def test_heartbeat_keeps_stream_alive_while_falling_back(
     tmp_path: Path, alpha: FakeUpstream, beta: FakeUpstream
 ) -> None:
     config = two_hop_config(alpha, beta, server={"heartbeat_interval_ms": 100})
-    alpha.script(Hang(3.0))  # abandoned at first_byte_ms=400 → beta
+    alpha.script(Hang(3.0))  # abandoned at first_byte_ms → beta
     beta.script(Text("after the wait"))
     with (
         olp_server(tmp_path, config) as server,
