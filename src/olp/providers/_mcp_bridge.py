@@ -163,7 +163,8 @@ class Endpoint:
         self.run: BridgedRun | None = None
         self.closed = asyncio.Event()
         self.ready = asyncio.Event()
-        # Set each time the CLI lists the tools (it has connected).
+        # Set each time the CLI has been sent the bound run's tools (before any run is
+        # bound: that it has connected and listed none).
         self.listed = asyncio.Event()
         self._listings = 0
         # The run whose tools the latest listing gave (None: none was bound yet).
@@ -223,7 +224,7 @@ class Endpoint:
             if not self.closed.is_set():
                 raise
         if self._listings != listings and self._listed_run is self.run:
-            self.listed.set()  # the list is sent: the CLI has it before its prompt
+            self.listed.set()  # the list is sent, before the CLI is given its prompt
 
     async def _list_tools(
         self, ctx: Any, params: mcp_types.PaginatedRequestParams | None
