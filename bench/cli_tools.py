@@ -39,7 +39,6 @@ kind of request.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -219,27 +218,10 @@ def bridge_verdict(diffs: Sequence[float]) -> str:
     return "INCONCLUSIVE"
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.cli_tools", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=30, help="rounds (each row once)")
-    parser.add_argument("--settle", type=float, default=1.0, help="quiet seconds before each")
-    parser.add_argument("--claude", help="the claude executable (default: the tests' install)")
-    parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument("--quick", action="store_true", help="8 rounds, 0.5 s settle")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.settle = 8, 0.5
-    return args
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    procs.stop_children_on_sigterm()
-    claude = cli_warm.find_claude(args.claude)
-    report = render(run(args.rounds, args.settle, claude), claude, args.rounds, args.settle)
-    if args.out is not None:
-        args.out.write_text(report)
-    print(report)
+BENCH = cli_warm.CliBench(
+    "bench.cli_tools", __doc__, rounds=30, settle_s=1.0, quick=(8, 0.5), run=run, render=render
+)
+main = BENCH.main
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ each waiting CLI process (the pool's cost).
 from __future__ import annotations
 
 import argparse
+import functools
 import http.client
 import json
 import os
@@ -41,10 +42,10 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from olp.config.model import Timeouts
 from olp.ir import ChatRequest, Message
@@ -151,8 +152,8 @@ class Bench:
             argv = [PY, "-m", "olp", "start", "--host", "127.0.0.1", "--port", str(olp_port)]
             server = self._spawn(name, argv, env)
             self.ports[name] = olp_port
-            base = f"http://127.0.0.1:{olp_port}"
-            procs.wait_ready(server, lambda b=base: procs.http("GET", b + "/health")[0] == 200)
+            health = f"http://127.0.0.1:{olp_port}/health"
+            procs.wait_ready(server, functools.partial(_answers, health))
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> procs.Server:
         server = procs.start(name, argv, self.workdir, env)
@@ -177,9 +178,9 @@ class Bench:
             cli = _DirectCli(self, self.workdir, self.claude)
             return cli.first_delta_ms(started=cli.started)
         if row == "direct-warm":
-            cli, self._waiting = self._waiting, None
-            assert cli is not None, "prepare('direct-warm') first"
-            return cli.first_delta_ms(started=time.perf_counter())
+            waiting, self._waiting = self._waiting, None
+            assert waiting is not None, "prepare('direct-warm') first"
+            return waiting.first_delta_ms(started=time.perf_counter())
         return self.through_olp(row)
 
     def through_olp(self, name: str, extra: Mapping[str, Any] | None = None) -> float:
@@ -258,6 +259,10 @@ class Bench:
             for pid in self.children(name)
             if str(pid) in statuses
         ]
+
+
+def _answers(url: str) -> bool:
+    return procs.http("GET", url)[0] == 200
 
 
 def _status_all() -> dict[str, dict[str, str]]:
@@ -440,27 +445,56 @@ def _overhead_verdict(diffs: list[float]) -> str:
     return f"INCONCLUSIVE (the median says {verdict})"
 
 
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.cli_warm", description=__doc__)
-    parser.add_argument("--rounds", type=int, default=7, help="rounds (each row once)")
-    parser.add_argument("--settle", type=float, default=3.0, help="quiet seconds before each")
-    parser.add_argument("--claude", help="the claude executable (default: the tests' install)")
-    parser.add_argument("--out", type=Path, help="also write the report here")
-    parser.add_argument("--quick", action="store_true", help="3 rounds, 2 s settle")
-    args = parser.parse_args(argv)
-    if args.quick:
-        args.rounds, args.settle = 3, 2.0
-    return args
+R = TypeVar("R")
 
 
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    procs.stop_children_on_sigterm()
-    claude = find_claude(args.claude)
-    report = render(run(args.rounds, args.settle, claude), claude, args.rounds, args.settle)
-    if args.out is not None:
-        args.out.write_text(report)
-    print(report)
+@dataclass(frozen=True)
+class CliBench(Generic[R]):
+    """A benchmark of the CLI section, run from the command line by `main()`: `run(rounds,
+    settle_s, claude)` measures, `render(results, claude, rounds, settle_s)` reports."""
+
+    prog: str
+    doc: str | None
+    rounds: int
+    settle_s: float
+    quick: tuple[int, float]  # rounds and settle of `--quick`
+    run: Callable[[int, float, str], R]
+    render: Callable[[R, str, int, float], str]
+
+    def parse_args(self, argv: list[str]) -> argparse.Namespace:
+        rounds, settle = self.quick
+        parser = argparse.ArgumentParser(prog=f"python -m {self.prog}", description=self.doc)
+        parser.add_argument(
+            "--rounds", type=int, default=self.rounds, help="rounds (each row once)"
+        )
+        parser.add_argument(
+            "--settle", type=float, default=self.settle_s, help="quiet seconds before each"
+        )
+        parser.add_argument("--claude", help="the claude executable (default: the tests' install)")
+        parser.add_argument("--out", type=Path, help="also write the report here")
+        parser.add_argument(
+            "--quick", action="store_true", help=f"{rounds} rounds, {settle:g} s settle"
+        )
+        args = parser.parse_args(argv)
+        if args.quick:
+            args.rounds, args.settle = rounds, settle
+        return args
+
+    def main(self, argv: list[str] | None = None) -> None:
+        args = self.parse_args(sys.argv[1:] if argv is None else argv)
+        procs.stop_children_on_sigterm()
+        claude = find_claude(args.claude)
+        results = self.run(args.rounds, args.settle, claude)
+        report = self.render(results, claude, args.rounds, args.settle)
+        if args.out is not None:
+            args.out.write_text(report)
+        print(report)
+
+
+BENCH = CliBench(
+    "bench.cli_warm", __doc__, rounds=7, settle_s=3.0, quick=(3, 2.0), run=run, render=render
+)
+main = BENCH.main
 
 
 if __name__ == "__main__":

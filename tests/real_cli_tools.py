@@ -48,13 +48,14 @@ __all__ = [
     "WEATHER",
     "CliProcesses",
     "ask",
-    "assert_invalid_twice_is_said",
     "assert_the_result_gets_the_final_answer",
     "assert_tool_choice_none_answers_in_text",
     "assert_unhonoured_tool_choice_skips_the_hop",
     "client",
     "leave_mid_run",
     "refusal",
+    "refuse_a_missing_tool",
+    "refuse_invalid_twice",
     "serve",
     "shut_down_mid_run",
     "stream_tool_calls",
@@ -266,11 +267,21 @@ def assert_unhonoured_tool_choice_skips_the_hop(
     assert upstream.calls == 0  # the CLI never ran
 
 
-def assert_invalid_twice_is_said(message: str) -> None:
-    """The error of a run whose model called get_weather off its schema (OFF_SCHEMA) again
-    after the retry with the error."""
+def refuse_invalid_twice(server: ThreadServer, upstream: FakeUpstream, prefix: str) -> None:
+    """The model calls get_weather (under the CLI's `prefix`) off its schema, and again
+    after the retry with the error: the request fails with an error that says so."""
+    upstream.script(*[ToolCalls([(f"{prefix}get_weather", OFF_SCHEMA)])] * 4)
+    message = refusal(server, QUESTION, tools=[WEATHER])
     assert "the model's tool call is invalid (after one retry" in message
     assert "get_weather: /city: 75 is not of type 'string'" in message
+
+
+def refuse_a_missing_tool(server: ThreadServer, upstream: FakeUpstream, prefix: str) -> None:
+    """The model keeps calling a tool the request does not have: the run is bounded, and
+    the request fails naming the tool."""
+    upstream.script(*[ToolCalls([(f"{prefix}launch_rockets", "{}")])] * 20)
+    message = refusal(server, QUESTION, tools=[WEATHER])
+    assert "launch_rockets: not one of the request's tools" in message
 
 
 def _streamed(messages: Any) -> dict[str, Any]:

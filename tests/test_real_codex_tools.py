@@ -31,13 +31,14 @@ from real_cli_tools import (
     WEATHER,
     CliProcesses,
     ask,
-    assert_invalid_twice_is_said,
     assert_the_result_gets_the_final_answer,
     assert_tool_choice_none_answers_in_text,
     assert_unhonoured_tool_choice_skips_the_hop,
     client,
     leave_mid_run,
     refusal,
+    refuse_a_missing_tool,
+    refuse_invalid_twice,
     serve,
     shut_down_mid_run,
     stream_tool_calls,
@@ -181,8 +182,7 @@ def test_arguments_off_the_tools_schema_go_back_to_the_model_once(
 def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
     olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(*[ToolCalls([("get_weather", OFF_SCHEMA)])] * 4)
-    assert_invalid_twice_is_said(refusal(olp, QUESTION, tools=[WEATHER]))
+    refuse_invalid_twice(olp, responses, "")
     assert len(model_requests(responses)) == 2
     assert processes.none_left()
 
@@ -190,9 +190,7 @@ def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
 def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
     olp: ThreadServer, processes: CliProcesses, responses: ResponsesGeminiUpstream
 ) -> None:
-    responses.script(*[ToolCalls([("launch_rockets", "{}")])] * 20)
-    message = refusal(olp, QUESTION, tools=[WEATHER])
-    assert "launch_rockets: not one of the request's tools" in message
+    refuse_a_missing_tool(olp, responses, "")
     # Codex answers a call of a tool it does not know itself, at once, and may have sent a
     # third request by the time OLP ends the run (docs/providers.md, codex-cli): no more.
     assert len(model_requests(responses)) in (2, 3)

@@ -29,12 +29,12 @@ from real_cli_tools import (
     WEATHER,
     CliProcesses,
     ask,
-    assert_invalid_twice_is_said,
     assert_the_result_gets_the_final_answer,
     assert_tool_choice_none_answers_in_text,
     assert_unhonoured_tool_choice_skips_the_hop,
     leave_mid_run,
-    refusal,
+    refuse_a_missing_tool,
+    refuse_invalid_twice,
     serve,
     shut_down_mid_run,
     stream_tool_calls,
@@ -169,8 +169,7 @@ def test_arguments_off_the_tools_schema_go_back_to_the_model_once(
 def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
     olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(*[ToolCalls([(f"{PREFIX}get_weather", OFF_SCHEMA)])] * 4)
-    assert_invalid_twice_is_said(refusal(olp, QUESTION, tools=[WEATHER]))
+    refuse_invalid_twice(olp, upstream, PREFIX)
     assert len(model_requests(upstream)) == 2
     assert processes.none_left()
 
@@ -178,9 +177,7 @@ def test_arguments_off_the_schema_twice_is_an_error_that_says_so(
 def test_a_model_that_keeps_calling_a_missing_tool_is_bounded(
     olp: ThreadServer, processes: CliProcesses, upstream: FakeUpstream
 ) -> None:
-    upstream.script(*[ToolCalls([(f"{PREFIX}launch_rockets", "{}")])] * 20)
-    message = refusal(olp, QUESTION, tools=[WEATHER])
-    assert "launch_rockets: not one of the request's tools" in message
+    refuse_a_missing_tool(olp, upstream, PREFIX)
     assert len(model_requests(upstream)) == 2
     assert processes.none_left()
 
