@@ -195,15 +195,16 @@ def test_a_config_reload_and_a_shutdown_leave_no_claude_behind(
     with server as olp:
         assert chat(olp.base_url, "Say one.")
         assert eventually(lambda: warm(olp.base_url)["waiting"] == 2, START_S)
+        # (The CLI that answered may take a moment to exit once it is told to.)
+        assert eventually(lambda: len(clis(boxes)) == 2, 15)
         old = clis(boxes)
-        assert len(old) == 2
         # A changed provider is replaced: its waiting CLIs go at once, not after total_ms.
         write_config(home, config(claude, upstream, beta, warm=1))
         assert eventually(lambda: status(olp.base_url)["config"]["reloads"] == 1, 10)
         assert eventually(lambda: old.isdisjoint(clis(boxes)), 15)
         assert chat(olp.base_url, "Say two.")
         assert eventually(lambda: warm(olp.base_url)["waiting"] == 1, START_S)
-        assert len(clis(boxes)) == 1
+        assert eventually(lambda: len(clis(boxes)) == 1, 15)
         olp.terminate(signal.SIGTERM)
         assert olp.proc is not None
         olp.proc.wait(timeout=30)
